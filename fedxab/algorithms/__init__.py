@@ -1,0 +1,1 @@
+"""Sans-I/O optimization algorithms: pure state machines on numpy, no I/O of any kind."""

@@ -1,0 +1,1 @@
+"""Transport: message codec, Broker interface, in-memory and Kafka brokers (agents issue)."""

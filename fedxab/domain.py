@@ -1,0 +1,39 @@
+"""Search domains: axis-aligned boxes in R^d, given as a (d, 2) array of [lower, upper] rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedxab.errors import ConfigError
+
+
+def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "domain") -> np.ndarray:
+    """Validate ``bounds`` and return them as a read-only float array of shape (d, 2).
+
+    Raises :class:`ConfigError` naming ``field`` when the shape is wrong, a bound is not finite, or
+    a lower bound is not strictly below its upper bound.
+    """
+    try:
+        arr = np.array(bounds, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(field, f"must be a list of [lower, upper] pairs of numbers ({exc})") from exc
+    if arr.ndim == 1 and arr.shape == (2,):
+        arr = arr.reshape(1, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
+        raise ConfigError(
+            field, f"must be a list of [lower, upper] pairs, one per dimension; got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ConfigError(field, f"bounds must be finite numbers, got {arr.tolist()}")
+    bad = np.nonzero(arr[:, 0] >= arr[:, 1])[0]
+    if bad.size:
+        j = int(bad[0])
+        raise ConfigError(
+            field,
+            f"dimension {j} has lower bound {arr[j, 0]!r} >= upper bound {arr[j, 1]!r}; "
+            "give each dimension as [lower, upper] with lower < upper",
+        )
+    arr.setflags(write=False)
+    return arr

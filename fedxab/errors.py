@@ -1,0 +1,37 @@
+"""One exception hierarchy for fedxab.
+
+Every error a user can trigger derives from :class:`FedxabError`, and its message names the field,
+the value that was given and what is allowed, so that the fix is obvious from the message alone.
+"""
+
+from __future__ import annotations
+
+
+class FedxabError(Exception):
+    """Root of every error raised deliberately by fedxab."""
+
+
+class ConfigError(FedxabError, ValueError):
+    """A configuration value or a constructor argument is invalid.
+
+    ``field`` is the dotted name of the offending setting (e.g. ``"algorithm.rho"``).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class InvalidRewardError(FedxabError, ValueError):
+    """A reward passed to an optimizer is NaN, infinite or otherwise unusable."""
+
+
+class UnknownPointError(FedxabError, KeyError):
+    """``tell`` was called for a point that the optimizer did not hand out with ``ask``."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class ObjectiveError(FedxabError, ValueError):
+    """An objective was given or returned something of the wrong shape, type or value."""

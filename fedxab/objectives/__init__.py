@@ -1,0 +1,1 @@
+"""Objectives: synthetic test functions with exact optima, noise models, client families."""

@@ -1,0 +1,1 @@
+"""Differential privacy: mechanisms, accountants and the per-client ledger (privacy issue)."""
