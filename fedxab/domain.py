@@ -18,12 +18,15 @@ def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "doma
     try:
         arr = np.array(bounds, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(field, f"must be a list of [lower, upper] pairs of numbers ({exc})") from exc
+        raise ConfigError(
+            field, f"must be a list of [lower, upper] pairs of numbers ({exc})"
+        ) from exc
     if arr.ndim == 1 and arr.shape == (2,):
         arr = arr.reshape(1, 2)
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
         raise ConfigError(
-            field, f"must be a list of [lower, upper] pairs, one per dimension; got shape {arr.shape}"
+            field,
+            f"must be a list of [lower, upper] pairs, one per dimension; got shape {arr.shape}",
         )
     if not np.all(np.isfinite(arr)):
         raise ConfigError(field, f"bounds must be finite numbers, got {arr.tolist()}")
@@ -32,7 +35,7 @@ def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "doma
         j = int(bad[0])
         raise ConfigError(
             field,
-            f"dimension {j} has lower bound {arr[j, 0]!r} >= upper bound {arr[j, 1]!r}; "
+            f"dimension {j} has lower bound {float(arr[j, 0])} >= upper bound {float(arr[j, 1])}; "
             "give each dimension as [lower, upper] with lower < upper",
         )
     arr.setflags(write=False)

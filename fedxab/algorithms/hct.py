@@ -1,0 +1,358 @@
+"""HCT, the High Confidence Tree algorithm ("HCT-iid"), as given by Shang, Kaufmann & Valko (2018).
+
+Implements spec-hct-poo-parallel §1: Algorithm 1 (main loop), Algorithm 2 (OptTraverse), UpdateB and
+Expand (Azar et al. 2014), with the spec's resolutions:
+
+- ``t+ = 2^ceil(log2 t)`` with a base-2 log (A-2);
+- U/B refresh of the whole tree when ``t`` is a power of two (the paper's rule, default), or
+  whenever ``t+`` changes (``refresh="consistent"``, A-4);
+- after a pull, U and the expansion threshold use ``t+1`` (the paper's lines 19/21, default) or
+  ``t`` (``next_round=False``, A-3);
+- the root is created expanded, never pulled, and always passed through (A-10);
+- ties in OptTraverse go to the lowest child index (A-11); ``U = +inf`` while ``T = 0`` (A-14).
+
+Only the pulled node's statistics change on a pull (not its ancestors'), and statistics are a
+running count and sum per node, never a list of rewards. Per-round cost is O(depth), plus an
+O(|tree|) refresh at powers of two.
+
+Recommendation (``recommend()``, never changes state):
+
+- ``"lcb"`` (default): the representative point of the pulled node with the highest lower
+  confidence bound ``mu - c sqrt(log(1/delta~(t+)) / T)`` on its value. This is what a user wants
+  from one run: the point whose value is known to be high with the most confidence; a node pulled
+  once with a lucky reward loses to a well-sampled good node because its width is large.
+- ``"history"``: the papers' rule (§1.7): a uniform draw from the history of pulls, with
+  multiplicity, which carries the guarantee ``E[S_n] <= E[R_n]/n``. The draw comes from a stream
+  keyed by the seed and the round, so asking twice gives the same answer.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedxab.algorithms.base import check_reward
+from fedxab.algorithms.partition import Partition
+from fedxab.errors import ConfigError, UnknownPointError
+from fedxab.seeding import stream
+from fedxab.validation import check_choice, check_positive, check_positive_int
+
+PRESETS = ("practical", "theory")
+REFRESH_RULES = ("paper", "consistent")
+POINT_RULES = ("centre", "random")
+RECOMMENDATIONS = ("lcb", "history")
+
+_INF = math.inf
+
+
+def t_plus(t: int) -> int:
+    """``t+ = 2^ceil(log2 t)``, the smallest power of two >= t (spec §1.2, A-2)."""
+    if t < 1:
+        raise ValueError(f"t must be >= 1, got {t}")
+    return 1 << (t - 1).bit_length()
+
+
+def resolve_constants(
+    preset: str,
+    nu: float,
+    rho: float,
+    c: float | None,
+    c1: float | None,
+    delta: float | None,
+    budget: int | None,
+) -> tuple[float, float, float]:
+    """The ``(c, c1, delta)`` of a preset, with explicit values taking precedence (spec §1.1).
+
+    ``theory``: ``c = 2/sqrt(1-rho)``, ``c1 = (rho/(3 nu))^(1/8)``, ``delta = 1/budget``.
+    ``practical`` (PyXAB's defaults, used in the federated papers' experiments): ``c = 0.1``,
+    ``delta = 0.01``, ``c1`` as in theory.
+    """
+    check_choice("algorithm.preset", preset, PRESETS)
+    if c is None:
+        c = 2.0 / math.sqrt(1.0 - rho) if preset == "theory" else 0.1
+    if c1 is None:
+        c1 = (rho / (3.0 * nu)) ** 0.125
+    if delta is None:
+        if preset == "theory":
+            if budget is None:
+                raise ConfigError(
+                    "algorithm.delta",
+                    "the theory preset sets delta = 1/budget: give the budget or an explicit delta",
+                )
+            delta = 1.0 / budget
+        else:
+            delta = 0.01
+    return (
+        check_positive("algorithm.c", c),
+        check_positive("algorithm.c1", c1),
+        check_positive("algorithm.delta", delta, upper=1.0),
+    )
+
+
+class HCT:
+    """HCT on a box domain with the ask/tell/recommend interface.
+
+    Parameters are those of spec §1.1: smoothness ``nu``, ``rho``; confidence constants ``c``,
+    ``c1``, ``delta`` (from ``preset`` unless given); the partition (``k``, ``split``, ``seed``).
+    ``budget`` is needed only for the theory preset's ``delta = 1/n``.
+    """
+
+    def __init__(
+        self,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        nu: float = 1.0,
+        rho: float = 0.5,
+        preset: str = "practical",
+        c: float | None = None,
+        c1: float | None = None,
+        delta: float | None = None,
+        budget: int | None = None,
+        k: int = 2,
+        split: str = "random",
+        point: str = "centre",
+        refresh: str = "paper",
+        next_round: bool = True,
+        recommendation: str = "lcb",
+        seed: int = 0,
+    ) -> None:
+        self.nu = check_positive("algorithm.nu", nu)
+        self.rho = check_positive("algorithm.rho", rho, upper=1.0)
+        if budget is not None:
+            check_positive_int("run.budget", budget)
+        self.c, self.c1, self.delta = resolve_constants(
+            preset, self.nu, self.rho, c, c1, delta, budget
+        )
+        self.preset = preset
+        self.point_rule = check_choice("algorithm.point", point, POINT_RULES)
+        self.refresh_rule = check_choice("algorithm.refresh", refresh, REFRESH_RULES)
+        self.recommendation = check_choice(
+            "algorithm.recommendation", recommendation, RECOMMENDATIONS
+        )
+        self.next_round = bool(next_round)
+        self.seed = seed
+        self.partition = Partition(domain, k=k, split=split, seed=seed)
+        self.k = k
+        self._point_rng = stream(seed, "hct-point") if point == "random" else None
+
+        # Node arrays, indexed by node id; a node's children are ids child0 .. child0 + k - 1.
+        self.depth: list[int] = []
+        self.index: list[int] = []
+        self.parent: list[int] = []
+        self.child0: list[int] = []  # -1 for a leaf
+        self.count: list[int] = []  # T_{h,i}
+        self.total: list[float] = []  # sum of rewards of x_{h,i}
+        self.U: list[float] = []
+        self.B: list[float] = []
+        self.lower: list[tuple[float, ...]] = []
+        self.upper: list[tuple[float, ...]] = []
+        self.points: list[np.ndarray] = []
+        self._point_keys: list[bytes] = []
+
+        self.t = 0  # number of completed rounds (tells)
+        self.reward_sum = 0.0
+        self.max_depth = 0
+        self._log_term_cache: dict[int, float] = {}
+        self._tau_cache: dict[int, list[int]] = {}
+        self._nu_rho_h: list[float] = []
+        self._pending: dict[bytes, list[tuple[int, np.ndarray]]] = {}
+        self._last_refresh_tplus = 0
+        self.history = array("l")  # node id of each pull (papers' recommendation rule)
+        self._history_points: list[np.ndarray] | None = [] if point == "random" else None
+
+        lower, upper = self.partition.root_cell()
+        root = self._new_node(0, 1, -1, lower, upper)
+        self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded (§1.4)
+
+    # ----------------------------------------------------------------------------- quantities
+    def log_term(self, tp: int) -> float:
+        """``log(1/delta~(t+))`` with ``delta~(t) = min(c1 delta / t, 1/2)`` (spec §1.2)."""
+        v = self._log_term_cache.get(tp)
+        if v is None:
+            v = math.log(1.0 / min(self.c1 * self.delta / tp, 0.5))
+            self._log_term_cache[tp] = v
+        return v
+
+    def tau(self, h: int, tp: int) -> int:
+        """Expansion threshold ``tau_h(t) = ceil(c^2 log(1/delta~(t+)) rho^(-2h) / nu^2)``."""
+        return self._taus(tp, h)[h]
+
+    def _taus(self, tp: int, h_max: int) -> list[int]:
+        """``[tau_0(t), ..., tau_H(t)]`` for ``H >= h_max``, cached per ``t+``."""
+        taus = self._tau_cache.setdefault(tp, [])
+        if len(taus) <= h_max:
+            scale = self.c**2 * self.log_term(tp) / self.nu**2
+            for h in range(len(taus), h_max + 1):
+                taus.append(math.ceil(scale * self.rho ** (-2 * h)))
+        return taus
+
+    def _u_value(self, node: int, log_term: float) -> float:
+        """``U = mu + nu rho^h + c sqrt(log(1/delta~)/T)``; +inf if T = 0 or for the root."""
+        n = self.count[node]
+        if n == 0 or node == 0:
+            return _INF
+        return (
+            self.total[node] / n
+            + self._nu_rho_h[self.depth[node]]
+            + self.c * math.sqrt(log_term / n)
+        )
+
+    # ------------------------------------------------------------------------------ tree ops
+    def _new_node(
+        self, h: int, i: int, parent: int, lower: tuple[float, ...], upper: tuple[float, ...]
+    ) -> int:
+        node = len(self.depth)
+        self.depth.append(h)
+        self.index.append(i)
+        self.parent.append(parent)
+        self.child0.append(-1)
+        self.count.append(0)
+        self.total.append(0.0)
+        self.U.append(_INF)
+        self.B.append(_INF)
+        self.lower.append(lower)
+        self.upper.append(upper)
+        centre = np.array([(a + b) / 2.0 for a, b in zip(lower, upper, strict=True)])
+        centre.setflags(write=False)
+        self.points.append(centre)
+        self._point_keys.append(centre.tobytes())
+        while len(self._nu_rho_h) <= h:
+            self._nu_rho_h.append(self.nu * self.rho ** len(self._nu_rho_h))
+        return node
+
+    def _expand(self, node: int) -> None:
+        """Expand: create the k children with T = 0 and U = B = +inf (spec §1.6)."""
+        h, i = self.depth[node], self.index[node]
+        first = len(self.depth)
+        for j, lo, up in self.partition.child_cells(h, i, self.lower[node], self.upper[node]):
+            self._new_node(h + 1, j, node, lo, up)
+        self.child0[node] = first
+        self.max_depth = max(self.max_depth, h + 1)
+
+    def _refresh(self, tp: int) -> None:
+        """Step (A): recompute every U with ``delta~(t+)``, then every B bottom-up."""
+        lt = self.log_term(tp)
+        U, B, child0, k = self.U, self.B, self.child0, self.k
+        for node in range(len(U)):
+            U[node] = self._u_value(node, lt)
+        for node in range(len(U) - 1, -1, -1):  # children have larger ids than their parent
+            c0 = child0[node]
+            if c0 < 0:
+                B[node] = U[node]
+            else:
+                B[node] = min(U[node], max(B[c0 : c0 + k]))
+        self._last_refresh_tplus = tp
+
+    def _update_b(self, node: int) -> None:
+        """UpdateB (spec §1.6): the pulled node, then its ancestors from the deepest to the root."""
+        U, B, child0, parent, k = self.U, self.B, self.child0, self.parent, self.k
+        c0 = child0[node]
+        B[node] = U[node] if c0 < 0 else min(U[node], max(B[c0 : c0 + k]))
+        node = parent[node]
+        while node >= 0:
+            c0 = child0[node]
+            B[node] = min(U[node], max(B[c0 : c0 + k]))
+            node = parent[node]
+
+    def _traverse(self, tp: int) -> int:
+        """OptTraverse (P1 Algorithm 2): descend by largest B (ties to the lowest index)."""
+        B, child0, count, depth, k = self.B, self.child0, self.count, self.depth, self.k
+        taus = self._taus(tp, self.max_depth)
+        node = 0
+        c0 = child0[0]  # the root is always passed through (T_{0,1} := tau_0 := 1)
+        while c0 >= 0 and (node == 0 or count[node] >= taus[depth[node]]):
+            if k == 2:
+                node = c0 if B[c0] >= B[c0 + 1] else c0 + 1
+            else:
+                children = B[c0 : c0 + k]
+                node = c0 + children.index(max(children))
+            c0 = child0[node]
+        return node
+
+    def _maybe_refresh(self, t: int) -> None:
+        tp = t_plus(t)
+        if self.refresh_rule == "paper":
+            if t == tp and self._last_refresh_tplus != tp:
+                self._refresh(tp)
+        elif self._last_refresh_tplus != tp:
+            self._refresh(tp)
+
+    # ------------------------------------------------------------------------------- public
+    def ask(self) -> np.ndarray:
+        """Steps (A)-(B) of round ``t+1``: refresh if due, then OptTraverse; returns the point."""
+        t = self.t + 1
+        self._maybe_refresh(t)
+        node = self._traverse(t_plus(t))
+        if self._point_rng is None:
+            x = self.points[node]
+            key = self._point_keys[node]
+        else:
+            lo, up = self.lower[node], self.upper[node]
+            x = self._point_rng.uniform(lo, up)
+            x.setflags(write=False)
+            key = x.tobytes()
+        self._pending.setdefault(key, []).append((node, x))
+        return x
+
+    def tell(self, x: np.ndarray | Sequence[float], reward: float) -> None:
+        """Steps (C)-(G): record the reward of a point from :meth:`ask`, update U, B, expand."""
+        key = np.asarray(x, dtype=float).tobytes()
+        waiting = self._pending.get(key)
+        if not waiting:
+            raise UnknownPointError(
+                f"tell() got a point that ask() did not hand out (or that was already told): "
+                f"{np.asarray(x).tolist()}"
+            )
+        r = check_reward(reward)
+        node, point = waiting.pop(0)
+        if not waiting:
+            del self._pending[key]
+        self.t += 1
+        self.history.append(node)
+        if self._history_points is not None:
+            self._history_points.append(point)
+        self.count[node] += 1
+        self.total[node] += r
+        self.reward_sum += r
+        tp = t_plus(self.t + 1 if self.next_round else self.t)
+        self.U[node] = self._u_value(node, self.log_term(tp))
+        self._update_b(node)
+        if self.child0[node] < 0 and self.count[node] >= self.tau(self.depth[node], tp):
+            self._expand(node)
+
+    def recommend(self) -> np.ndarray:
+        """The current answer (see the module docstring); never changes state."""
+        if self.t == 0:
+            return self.points[0].copy()
+        if self.recommendation == "history":
+            rng = stream(self.seed, "hct-recommend", self.t)
+            j = int(rng.integers(self.t))
+            if self._history_points is not None:
+                return self._history_points[j].copy()
+            return self.points[self.history[j]].copy()
+        lt = self.log_term(t_plus(self.t))
+        best, best_lcb = 0, -_INF
+        for node, n in enumerate(self.count):
+            if n:
+                lcb = self.total[node] / n - self.c * math.sqrt(lt / n)
+                if lcb > best_lcb:
+                    best, best_lcb = node, lcb
+        return self.points[best].copy()
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.depth)
+
+    def node_id(self, h: int, i: int) -> int:
+        """The id of node ``(h, i)`` in this tree (``KeyError`` if it has not been created)."""
+        for node, (dh, di) in enumerate(zip(self.depth, self.index, strict=True)):
+            if dh == h and di == i:
+                return node
+        raise KeyError((h, i))
+
+    def empirical_mean(self) -> float:
+        """Mean of all rewards received so far (used by POO to pick an instance)."""
+        return self.reward_sum / self.t if self.t else -_INF

@@ -1,0 +1,101 @@
+"""Hierarchical k-ary partition of a box domain (spec-hct-poo-parallel §0.2, spec-fedpne-pfpne §2).
+
+Node ``(h, i)`` is the cell at depth ``h`` with index ``i`` in ``1..k^h``; the root ``(0, 1)`` is
+the whole domain. Children of ``(h, i)`` are ``(h+1, k(i-1)+1), ..., (h+1, k i)``: the cell cut
+into k equal slabs along one coordinate, lowest slab first ([FX]/[PF] §2.1, [P1] §0.2 for k = 2).
+
+The split coordinate of a node is chosen by ``split``:
+
+- ``"random"`` (default): uniformly at random, as in the federated papers' experiments (PyXAB's
+  ``BinaryPartition``), but drawn from a keyed hash of ``(seed, h, i)`` rather than in expansion
+  order, so that every party with the same seed builds the same tree whatever order it expands
+  nodes in (spec-fedpne-pfpne §2.2 [PROPOSED]).
+- ``"longest"``: the longest side, ties to the lowest coordinate (spec-hct-poo-parallel §0.2).
+
+In one dimension both rules give the dyadic (k-adic) partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedxab.domain import as_domain
+from fedxab.errors import ConfigError
+from fedxab.seeding import mix64, stream_word
+
+SPLIT_RULES = ("random", "longest")
+
+
+class Partition:
+    """The geometry of the tree: which cell each node ``(h, i)`` is. Holds no statistics."""
+
+    def __init__(
+        self,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        k: int = 2,
+        split: str = "random",
+        seed: int = 0,
+    ) -> None:
+        self.domain = as_domain(domain)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ConfigError("algorithm.k", f"branching factor must be an integer >= 2, got {k!r}")
+        if split not in SPLIT_RULES:
+            raise ConfigError(
+                "algorithm.split",
+                f"unknown split rule {split!r}; allowed: {', '.join(SPLIT_RULES)}",
+            )
+        self.k = k
+        self.split = split
+        self.seed = seed
+        self.dim = int(self.domain.shape[0])
+        self._key = stream_word(seed, "partition")
+
+    def split_dim(self, h: int, i: int, lower: Sequence[float], upper: Sequence[float]) -> int:
+        """The coordinate along which node ``(h, i)`` with cell ``[lower, upper]`` is cut."""
+        if self.dim == 1:
+            return 0
+        if self.split == "random":
+            return mix64(self._key, h, i) % self.dim
+        widths = [u - lo for lo, u in zip(lower, upper, strict=True)]
+        return widths.index(max(widths))
+
+    def child_cells(
+        self, h: int, i: int, lower: tuple[float, ...], upper: tuple[float, ...]
+    ) -> list[tuple[int, tuple[float, ...], tuple[float, ...]]]:
+        """The k children of ``(h, i)`` as ``(index, lower, upper)``, lowest slab first."""
+        j = self.split_dim(h, i, lower, upper)
+        a, b = lower[j], upper[j]
+        k = self.k
+        cuts = [a + (b - a) * s / k for s in range(k)] + [b]
+        out = []
+        for s in range(k):
+            lo = (*lower[:j], cuts[s], *lower[j + 1 :])
+            up = (*upper[:j], cuts[s + 1], *upper[j + 1 :])
+            out.append((k * (i - 1) + 1 + s, lo, up))
+        return out
+
+    def root_cell(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return tuple(self.domain[:, 0].tolist()), tuple(self.domain[:, 1].tolist())
+
+    def cell(self, h: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The cell ``[lower, upper]`` of node ``(h, i)``, found by walking down from the root."""
+        if h < 0 or not 1 <= i <= self.k**h:
+            raise ValueError(f"no node ({h}, {i}) in a {self.k}-ary tree")
+        path = []  # indices from (h, i) up to depth 1
+        idx = i
+        for _ in range(h):
+            path.append(idx)
+            idx = self.parent(h, idx)[1]
+        lower, upper = self.root_cell()
+        depth, index = 0, 1
+        for child in reversed(path):
+            s = (child - 1) % self.k
+            _, lower, upper = self.child_cells(depth, index, lower, upper)[s]
+            depth, index = depth + 1, child
+        return np.array(lower), np.array(upper)
+
+    def parent(self, h: int, i: int) -> tuple[int, int]:
+        """The parent ``(h-1, ceil(i/k))`` of node ``(h, i)``."""
+        return h - 1, (i - 1) // self.k + 1
