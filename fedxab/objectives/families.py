@@ -1,0 +1,244 @@
+"""Heterogeneous client families: M local objectives built from one base objective.
+
+Two constructions, each drawing client m's randomness from ``fedxab.seeding.stream(seed,
+"family", m)`` (so a client's objective does not depend on how many clients there are):
+
+* :func:`value_offset_family` (Fed-PNE, spec-fedpne-pfpne §7.2): ``f_m = f + xi_m``; the global
+  objective is ``f`` itself.
+* :func:`input_shift_family` (PF-PNE, spec-fedpne-pfpne §8.2): ``f_m(x) = f(clip_X(x - s_m))``;
+  the global objective is the average of the clients.
+
+Every client is an :class:`~fedxab.objectives.base.Objective` with its own optimum value and
+maximiser (regret is measured per client in PF-PNE, on the global objective in Fed-PNE).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedxab.errors import ConfigError, ObjectiveError
+from fedxab.objectives.base import Objective
+from fedxab.objectives.optimize import known_maximizers, maximize_on_box
+from fedxab.seeding import stream
+
+__all__ = [
+    "AverageObjective",
+    "ClientFamily",
+    "OffsetObjective",
+    "ShiftedObjective",
+    "input_shift_family",
+    "value_offset_family",
+]
+
+
+def _freeze(points: np.ndarray) -> np.ndarray:
+    points = np.array(points, dtype=float)
+    points.setflags(write=False)
+    return points
+
+
+class OffsetObjective(Objective):
+    """``f(x) + offset``: same domain and maximisers as ``base``, optimum shifted by ``offset``."""
+
+    def __init__(self, base: Objective, offset: float) -> None:
+        self.base = base
+        self.offset = float(offset)
+        self.name = f"{base.name}+offset"
+        self.separable = bool(getattr(base, "separable", False))
+        ms = known_maximizers(base)
+        opt = None if base.optimum_value is None else base.optimum_value + self.offset
+        super().__init__(base.domain, opt, ms[0] if ms.shape[0] else None)
+        self.maximizers = _freeze(ms)
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self.base(X) + self.offset
+
+
+class ShiftedObjective(Objective):
+    """``f_s(x) = f(clip_X(x - s))``: ``base`` with its input shifted by ``shift`` (spec §8.2).
+
+    Values stay in the range of ``base`` because the clipped argument stays in X. The optimum:
+    for every known maximiser x* of ``base`` with ``x* + s`` in X, ``x* + s`` is a maximiser and
+    ``f_s* = f*`` (``f_s <= f*`` everywhere). If none stays inside (or ``base`` has no known
+    optimum), ``f_s*`` is the maximum of ``base`` on the reachable set ``clip_X(X - s)`` (per
+    coordinate ``[clip(a - s), clip(b - s)]``), computed by :func:`maximize_on_box`, and the
+    maximiser is the reachable maximiser y* mapped back as ``clip_X(y* + s)``.
+    """
+
+    def __init__(self, base: Objective, shift: Sequence[float] | np.ndarray) -> None:
+        self.base = base
+        self.name = f"{base.name}+shift"
+        s = np.array(shift, dtype=float).reshape(-1)
+        if s.shape != (base.dim,) or not np.all(np.isfinite(s)):
+            raise ObjectiveError(
+                f"{self.name}: shift must be {base.dim} finite numbers, got {np.asarray(shift)!r}"
+            )
+        s.setflags(write=False)
+        self.shift = s
+        self.separable = bool(getattr(base, "separable", False))
+        lo, hi = base.domain[:, 0], base.domain[:, 1]
+        known = known_maximizers(base)
+        moved = known + s
+        inside = np.all((moved >= lo) & (moved <= hi), axis=1)
+        if base.optimum_value is not None and np.any(inside):
+            opt = base.optimum_value
+            maximizers = moved[inside]
+        else:
+            reach = np.column_stack([np.clip(lo - s, lo, hi), np.clip(hi - s, lo, hi)])
+            res = maximize_on_box(
+                base,
+                reach,
+                candidates=np.clip(known, reach[:, 0], reach[:, 1]),
+                separable=self.separable,
+            )
+            maximizers = np.clip(res.x + s, lo, hi).reshape(1, -1)
+            opt = None  # set from the evaluation below
+        super().__init__(base.domain, opt, maximizers[0])
+        if opt is None:
+            self.optimum_value = float(self(maximizers)[0])
+        self.maximizers = _freeze(maximizers)
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        lo, hi = self.domain[:, 0], self.domain[:, 1]
+        return self.base(np.clip(X - self.shift, lo, hi))
+
+
+class AverageObjective(Objective):
+    """``fbar(x) = (1/M) sum_m f_m(x)`` over objectives sharing one domain.
+
+    Its optimum has no closed form in general and is computed numerically at construction by
+    :func:`maximize_on_box` (dense sample + local polish), seeded with every known maximiser of
+    the components as candidates; with ``compute_optimum=False`` it is left unknown.
+    """
+
+    def __init__(self, objectives: Sequence[Objective], *, compute_optimum: bool = True) -> None:
+        objs = tuple(objectives)
+        if not objs:
+            raise ObjectiveError("average: needs at least one objective")
+        dom = objs[0].domain
+        for o in objs[1:]:
+            if o.domain.shape != dom.shape or not np.array_equal(o.domain, dom):
+                raise ObjectiveError(
+                    f"average: all objectives must share one domain, got {dom.tolist()} and "
+                    f"{o.domain.tolist()}"
+                )
+        self.objectives = objs
+        self.name = f"mean({objs[0].name}, M={len(objs)})"
+        self.separable = all(bool(getattr(o, "separable", False)) for o in objs)
+        super().__init__(dom)
+        if compute_optimum:
+            cands = np.vstack([known_maximizers(o) for o in objs])
+            res = maximize_on_box(self, dom, candidates=cands, separable=self.separable)
+            self.optimum_value = res.value
+            m = res.x.copy()
+            m.setflags(write=False)
+            self.maximizer = m
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        total = np.zeros(X.shape[0])
+        for o in self.objectives:
+            total += o(X)
+        return total / len(self.objectives)
+
+
+@dataclass(frozen=True)
+class ClientFamily:
+    """A global objective, the M client objectives, and the construction (``kind``)."""
+
+    global_objective: Objective
+    clients: tuple[Objective, ...]
+    kind: str
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.clients)
+
+
+def _check_common(base: object, n_clients: object, seed: object) -> int:
+    if not isinstance(base, Objective):
+        raise ConfigError("family.base", f"must be an Objective, got {type(base).__name__}")
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int | np.integer) or n_clients < 1:
+        raise ConfigError("family.n_clients", f"must be a positive integer, got {n_clients!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ConfigError("seed", f"must be a non-negative integer, got {seed!r}")
+    return int(n_clients)
+
+
+def _check_scale(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(field, f"must be a non-negative number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
+    return v
+
+
+def value_offset_family(
+    base: Objective, n_clients: int, seed: int, scale: float = 1.0
+) -> ClientFamily:
+    """Fed-PNE's clients (spec-fedpne-pfpne §7.2): ``f_m = base + xi_m``, ``xi_m ~ N(0, scale^2)``.
+
+    ``xi_m`` is drawn once from ``stream(seed, "family", m)`` ("consistent unit-normal random
+    perturbation", PyXAB ``Perturbed_Garland``). Every client shares the base maximisers and has
+    optimum ``base* + xi_m``. The global objective is the base itself (the spec's "global = the
+    original function"; the mean of the offsets is not added), so regret uses the true base f*.
+    """
+    m_count = _check_common(base, n_clients, seed)
+    sd = _check_scale(scale, "family.scale")
+    clients = tuple(
+        OffsetObjective(base, sd * float(stream(int(seed), "family", m).standard_normal()))
+        for m in range(m_count)
+    )
+    return ClientFamily(global_objective=base, clients=clients, kind="value_offset")
+
+
+def input_shift_family(
+    base: Objective,
+    n_clients: int,
+    seed: int,
+    shift_scale: float | Sequence[float] | None = None,
+) -> ClientFamily:
+    """PF-PNE's clients (spec-fedpne-pfpne §8.2): ``f_m(x) = base(clip_X(x - s_m))``.
+
+    ``s_m ~ N(0, diag(sigma_s^2))`` is drawn from ``stream(seed, "family", m)``. ``shift_scale``
+    is sigma_s in input units: one number for every coordinate or one per coordinate; the default
+    (None) is 0.05 x the width of each coordinate range ([PROPOSED] in §8.2). Each client is a
+    :class:`ShiftedObjective` with its optimum: the base optimum at ``x* + s_m`` when that stays in
+    X for some known maximiser x*, otherwise computed numerically on the reachable inputs.
+
+    The global objective is the average of the client objectives ``fbar`` (an
+    :class:`AverageObjective`), whose optimum is computed numerically by :func:`maximize_on_box`.
+    """
+    m_count = _check_common(base, n_clients, seed)
+    widths = base.domain[:, 1] - base.domain[:, 0]
+    if shift_scale is None:
+        sigma = 0.05 * widths
+    elif isinstance(shift_scale, int | float | np.integer | np.floating) and not isinstance(
+        shift_scale, bool
+    ):
+        sigma = np.full(base.dim, _check_scale(shift_scale, "family.shift_scale"))
+    else:
+        try:
+            values = list(shift_scale)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise ConfigError(
+                "family.shift_scale",
+                f"must be a number, a list of {base.dim} numbers or None, got {shift_scale!r}",
+            ) from exc
+        if len(values) != base.dim:
+            raise ConfigError(
+                "family.shift_scale",
+                f"must have one entry per dimension ({base.dim}), got {len(values)}",
+            )
+        sigma = np.array([_check_scale(v, "family.shift_scale") for v in values])
+    clients = tuple(
+        ShiftedObjective(base, sigma * stream(int(seed), "family", m).standard_normal(base.dim))
+        for m in range(m_count)
+    )
+    return ClientFamily(
+        global_objective=AverageObjective(clients), clients=clients, kind="input_shift"
+    )
