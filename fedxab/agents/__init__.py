@@ -1,1 +1,1 @@
-"""Runners that drive algorithms: the in-process runner now, asyncio agents with the agents issue."""
+"""Runners that drive algorithms: in-process now; asyncio agents come with the agents issue."""

@@ -1,1 +1,1 @@
-"""Monitoring: plots now; Prometheus metrics and the Grafana dashboard come with the monitoring issue."""
+"""Monitoring: regret plots now; Prometheus metrics and Grafana come with the monitoring issue."""

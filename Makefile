@@ -1,0 +1,31 @@
+# fedxab: the two commands of the README, plus the benchmark.
+#
+#   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
+#   make test   create .venv if missing, install fedxab[dev], ruff + pytest
+#   make bench  install fedxab[dev,bench] (PyXAB), run the HCT vs PyXAB benchmark
+#
+# Every recipe line's exit status is kept: a lint error or a failed (or empty, exit code 5)
+# pytest run fails the target.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
+
+.PHONY: run test bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+run: $(BIN)/python
+	$(PIP) -e .
+	$(BIN)/fedxab run
+
+test: $(BIN)/python
+	$(PIP) -e '.[dev]'
+	$(BIN)/ruff check fedxab tests benchmarks
+	$(BIN)/pytest
+
+bench: $(BIN)/python
+	$(PIP) -e '.[dev,bench]'
+	$(BIN)/python benchmarks/bench_hct_vs_pyxab.py

@@ -1,0 +1,144 @@
+"""The in-process single-agent runner: one optimizer, one objective, no broker.
+
+Each round ``t = 1..T`` (T = ``run.budget``)::
+
+    x_t = opt.ask()
+    f_t = f(x_t)                      # noise-free, used for regret only
+    y_t = f_t + eps_t                 # eps_t from the noise model, stream (seed, "noise", 0)
+    opt.tell(x_t, y_t)
+
+and the regret ``f* - f(x_t)`` is accumulated (noise-free, against ``objective.optimum_value``).
+At the end the optimizer's recommendation and its simple regret ``f* - f(x_rec)`` are recorded.
+
+The noise stream is keyed by client 0, so a later federated run with one client draws the same
+noise as this runner for the same seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedxab import regret as _regret
+from fedxab.algorithms.registry import make_optimizer
+from fedxab.config import Config
+from fedxab.objectives.base import Objective
+from fedxab.objectives.noise import make_noise
+from fedxab.objectives.registry import make_objective
+from fedxab.results import RunRecord, RunResults
+from fedxab.seeding import stream
+
+__all__ = ["ProgressCallback", "RunStartCallback", "objective_info", "run_config", "run_single"]
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int, float], None]
+"""``progress(done, total, cumulative_regret)``; called at most about 200 times per run."""
+
+RunStartCallback = Callable[[int, int, int], None]
+"""``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
+
+_PROGRESS_UPDATES = 200
+
+
+def _algorithm_params(config: Config) -> dict[str, Any]:
+    params = config.to_dict()["algorithm"]
+    params.pop("name", None)
+    return params
+
+
+def objective_info(objective: Objective) -> dict[str, Any]:
+    """The ``objective`` block of the results file."""
+    return {
+        "name": objective.name,
+        "dim": int(objective.dim),
+        "domain": objective.domain.tolist(),
+        "optimum_value": objective.optimum_value,
+        "maximizer": None if objective.maximizer is None else objective.maximizer.tolist(),
+    }
+
+
+def run_single(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:
+    """Run the configured optimizer once with ``seed`` for ``config.run.budget`` rounds."""
+    budget = config.run.budget
+    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
+    opt = make_optimizer(
+        config.algorithm.name,
+        objective.domain,
+        seed=seed,
+        budget=budget,
+        params=_algorithm_params(config),
+    )
+    rng = stream(seed, "noise", 0)
+    f_star = objective.optimum_value
+    known = f_star is not None
+    if not known:
+        log.warning("%s: optimum unknown, regret will not be recorded", objective.name)
+
+    values = np.empty(budget, dtype=np.float64)  # noise-free f(x_t)
+    every = max(1, budget // _PROGRESS_UPDATES)
+    next_report = every if progress is not None else budget + 1
+    running = 0.0  # cumulative regret up to round `counted`, for the progress callback only
+    counted = 0
+    f_ref = float(f_star) if known else 0.0
+
+    ask, tell, sample = opt.ask, opt.tell, noise.sample
+    t0 = time.perf_counter()
+    for t in range(budget):
+        x = ask()
+        fx = objective(x[None])
+        f = float(fx[0])
+        values[t] = f
+        tell(x, f + float(sample(fx, rng)[0]))
+        if t + 1 == next_report:
+            running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
+            counted = t + 1
+            progress(t + 1, budget, running if known else float("nan"))  # type: ignore[misc]
+            next_report = min(next_report + every, budget)
+    recommendation = np.asarray(opt.recommend(), dtype=np.float64).reshape(-1).copy()
+    wall = time.perf_counter() - t0
+
+    rounds = _regret.round_grid(budget)
+    if known:
+        curve = _regret.cumulative_regret(_regret.instant_regret(f_ref, values))
+        cum = _regret.at_rounds(curve, rounds)
+        simple = _regret.simple_regret(f_ref, float(objective(recommendation[None])[0]))
+    else:
+        cum, simple = None, None
+    log.debug("seed %d: %d evaluations in %.3f s", seed, budget, wall)
+    return RunRecord(
+        seed=seed,
+        rounds=rounds,
+        cumulative_regret=cum,
+        recommendation=recommendation,
+        simple_regret=simple,
+        evaluations=budget,
+        wall_time_s=wall,
+    )
+
+
+def run_config(
+    config: Config,
+    progress: ProgressCallback | None = None,
+    *,
+    on_run_start: RunStartCallback | None = None,
+) -> RunResults:
+    """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results."""
+    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    seeds = config.run.seeds
+    runs = []
+    for k, seed in enumerate(seeds):
+        if on_run_start is not None:
+            on_run_start(k, len(seeds), seed)
+        runs.append(run_single(config, seed, progress))
+    return RunResults(
+        config=config.to_dict(),
+        algorithm=config.algorithm.name,
+        objective=objective_info(objective),
+        runs=tuple(runs),
+    )

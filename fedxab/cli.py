@@ -1,0 +1,272 @@
+"""The ``fedxab`` command.
+
+``fedxab run [CONFIG.toml]`` runs a job (the built-in default without a config) with a progress
+bar and prints a summary table; ``fedxab plot RESULTS.json ... -o regret.png`` draws regret curves.
+
+Every :class:`~fedxab.errors.FedxabError` (bad config, bad results file, ...) is printed as a
+single red line ``error: <message>`` and the command exits with status 2; no traceback.
+Only this module prints; library code logs through :mod:`logging`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from fedxab.errors import FedxabError
+
+__all__ = ["app", "main"]
+
+EXIT_ERROR = 2
+
+app = typer.Typer(
+    name="fedxab",
+    help="Federated and distributed black-box optimization.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+class MetricChoice(enum.StrEnum):
+    cumulative_regret = "cumulative_regret"
+    average_regret = "average_regret"
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False)
+
+
+@contextlib.contextmanager
+def _errors_as_exit_code() -> Iterator[None]:
+    """Turn a FedxabError into one red ``error:`` line on stderr and exit status 2."""
+    try:
+        yield
+    except FedxabError as exc:
+        _console(stderr=True).print(Text(f"error: {exc}", style="bold red"), soft_wrap=True)
+        raise typer.Exit(EXIT_ERROR) from None
+    except KeyboardInterrupt:
+        _console(stderr=True).print(Text("error: interrupted", style="bold red"))
+        raise typer.Exit(130) from None
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from fedxab import __version__
+
+        _console().print(f"fedxab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show informational log messages.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Show the version."
+        ),
+    ] = False,
+) -> None:
+    """Federated and distributed black-box optimization."""
+    # Library modules log under "fedxab"; show warnings (and with -v, info) on stderr. The
+    # logger's own level is only raised with -v, so that nothing else is filtered out.
+    logger = logging.getLogger("fedxab")
+    handler = next((h for h in logger.handlers if isinstance(h, RichHandler)), None)
+    if handler is None:
+        handler = RichHandler(console=_console(stderr=True), show_path=False, show_time=False)
+        logger.addHandler(handler)
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    if verbose and logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or not np.isfinite(value):
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
+
+
+def _fmt_point(x: np.ndarray, limit: int = 4) -> str:
+    coords = [f"{v:.4f}" for v in np.asarray(x).reshape(-1)]
+    shown = ", ".join(coords[:limit])
+    return f"[{shown}{', …' if len(coords) > limit else ''}]"
+
+
+def _summary_table(results) -> Table:
+    table = Table(
+        title=f"{results.algorithm} on {results.objective.get('name')}"
+        f" (f* = {_fmt(results.objective.get('optimum_value'), 6)})",
+        title_justify="left",
+    )
+    table.add_column("seed", justify="right")
+    table.add_column("evals", justify="right")
+    table.add_column("cum. regret", justify="right")
+    table.add_column("avg regret", justify="right")
+    table.add_column("simple regret", justify="right")
+    table.add_column("recommendation")
+    table.add_column("time (s)", justify="right")
+    for r in results.runs:
+        table.add_row(
+            str(r.seed),
+            f"{r.evaluations:,}",
+            _fmt(r.final_cumulative_regret, 3),
+            _fmt(r.final_average_regret, 5),
+            _fmt(r.simple_regret, 5),
+            _fmt_point(r.recommendation),
+            f"{r.wall_time_s:.2f}",
+        )
+    if len(results.runs) > 1:
+        s = results.summary
+        table.add_section()
+        for stat in ("mean", "std"):
+            table.add_row(
+                stat,
+                "",
+                _fmt(s["cumulative_regret"][stat], 3),
+                _fmt(s["average_regret"][stat], 5),
+                _fmt(s["simple_regret"][stat], 5),
+                "",
+                "",
+                style="bold" if stat == "mean" else None,
+            )
+    return table
+
+
+@app.command()
+def run(
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            help="TOML run configuration; without it the built-in default job runs "
+            "(HCT on Garland, budget 20000, 3 seeds).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Override run.repeats.", show_default=False)
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(help="Override run.budget (evaluations per client).", show_default=False),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Override run.output (directory for results.json).",
+            show_default=False,
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")
+    ] = False,
+) -> None:
+    """Run a job and write DIR/results.json."""
+    from fedxab.agents.local import run_config
+    from fedxab.config import default_config, load_config
+    from fedxab.results import write_results
+
+    console = _console()
+    with _errors_as_exit_code():
+        cfg = default_config() if config is None else load_config(config)
+        cfg = cfg.with_run(
+            seed=seed,
+            repeats=repeats,
+            budget=budget,
+            output=None if output is None else str(output),
+        )
+        source = "built-in default" if config is None else str(config)
+        if not quiet:
+            console.print(
+                f"[bold]fedxab run[/bold]: {escape(cfg.algorithm.name)} on "
+                f"{escape(cfg.objective.name)} ({escape(source)}), budget {cfg.run.budget:,}, "
+                f"{cfg.run.repeats} run(s) from seed {cfg.run.seed}",
+                soft_wrap=True,
+            )
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("evals"),
+            TextColumn("cumulative regret {task.fields[regret]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=quiet,
+        )
+        task: list[TaskID] = []
+
+        def on_run_start(index: int, total: int, run_seed: int) -> None:
+            task.append(
+                progress.add_task(
+                    f"run {index + 1}/{total} (seed {run_seed})",
+                    total=cfg.run.budget,
+                    regret="-",
+                )
+            )
+
+        def on_progress(done: int, total: int, cum: float) -> None:
+            progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+
+        with progress:
+            results = run_config(cfg, on_progress, on_run_start=on_run_start)
+        path = write_results(results, cfg.output_dir)
+        if not quiet:
+            console.print(_summary_table(results))
+        console.print(f"results: {path}", soft_wrap=True, markup=False)
+
+
+@app.command()
+def plot(
+    results: Annotated[
+        list[Path], typer.Argument(help="One or more results.json files.", show_default=False)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Image file to write (.png, .pdf, .svg).")
+    ] = Path("regret.png"),
+    metric: Annotated[
+        MetricChoice, typer.Option(help="Which regret to plot against the round number.")
+    ] = MetricChoice.cumulative_regret,
+    title: Annotated[str | None, typer.Option(help="Figure title.", show_default=False)] = None,
+) -> None:
+    """Plot regret curves (mean ± 1 std over runs), one per results file."""
+    from fedxab.monitoring.plots import plot_regret
+
+    with _errors_as_exit_code():
+        path = plot_regret(results, output, metric=metric.value, title=title)
+    _console().print(f"plot: {path}", soft_wrap=True, markup=False)
+
+
+def main() -> None:
+    """Entry point of the ``fedxab`` console script."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,428 @@
+"""Run configuration: a TOML file -> validated, frozen dataclasses.
+
+A configuration has one section per concern. Today these are::
+
+    [run]                  # algorithm-independent settings
+    seed = 0               # int >= 0; run k of `repeats` uses seed + k
+    repeats = 3            # int >= 1: independent runs
+    budget = 20000         # int > 0: evaluations per client (the horizon T)
+    output = "results"     # directory that receives results.json
+
+    [objective]
+    name = "garland"       # see fedxab.objectives.registry
+    # ... any further key is a parameter of the objective
+    noise = "uniform"      # a noise model's name, or a table:
+    # [objective.noise]
+    # name = "uniform"
+    # half_width = 0.1
+
+    [algorithm]
+    name = "hct"           # see fedxab.algorithms.registry
+    # ... any further key is a parameter of the algorithm
+
+Validation happens at the boundary, in the scikit-learn spirit: every bad value raises a
+:class:`~fedxab.errors.ConfigError` whose ``field`` is the dotted key (``run.budget``,
+``algorithm.name``, ...) and whose message says what was given and what is allowed. Objective and
+algorithm names and parameters are checked by building the objects once through their registries,
+so a config that loads is a config that runs.
+
+Adding a section later (federation, privacy, broker, monitoring) means writing one frozen dataclass
+deriving from :class:`Section` (fields with defaults; range checks in ``_check``) and adding one
+field to :class:`Config`; parsing, unknown-key and type errors, and ``to_dict`` come for free.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tomllib
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Self
+
+from fedxab.algorithms.registry import make_optimizer
+from fedxab.errors import ConfigError
+from fedxab.objectives.noise import make_noise
+from fedxab.objectives.registry import make_objective
+
+__all__ = [
+    "AlgorithmConfig",
+    "Config",
+    "NoiseConfig",
+    "ObjectiveConfig",
+    "RunConfig",
+    "Section",
+    "config_from_dict",
+    "default_config",
+    "load_config",
+]
+
+_TYPE_NAMES: dict[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "a boolean (true/false)",
+}
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _coerce(field: str, value: object, expected: type) -> object:
+    """Check ``value`` against a scalar field type; ints are accepted where floats are expected."""
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif expected is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok:
+            value = float(value)  # type: ignore[arg-type]
+            if not math.isfinite(value):
+                raise ConfigError(field, f"expected a finite number, got {value!r}")
+    else:
+        ok = isinstance(value, expected)
+    if not ok:
+        want = _TYPE_NAMES.get(expected, expected.__name__)
+        raise ConfigError(field, f"expected {want}, got {_describe(value)}")
+    return value
+
+
+def _check_param_value(field: str, value: object) -> None:
+    """Parameters passed through to a registry must be plain data (they are echoed as JSON)."""
+    if isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(field, f"expected a finite number, got {value!r}")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_param_value(f"{field}[{i}]", item)
+        return
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(field, f"table keys must be strings, got {_describe(k)}")
+            _check_param_value(f"{field}.{k}", item)
+        return
+    raise ConfigError(
+        field,
+        f"expected a number, string, boolean, list or table, got {_describe(value)}",
+    )
+
+
+def _frozen_params(field: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key, value in params.items():
+        _check_param_value(f"{field}.{key}", value)
+    return MappingProxyType(copy.deepcopy(dict(params)))
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy of ``value`` made of dicts, lists and scalars only (for to_dict / JSON)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _as_table(field: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(field, f"expected a table ([{field}]), got {_describe(value)}")
+    return value
+
+
+def _unknown_key(field: str, key: str, allowed: typing.Iterable[str], where: str) -> ConfigError:
+    return ConfigError(
+        field,
+        f"unknown key {key!r} in {where}; allowed keys: {', '.join(sorted(allowed))}",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """Base of a config section made of scalar fields (int, float, str, bool) with defaults.
+
+    Subclasses set ``SECTION`` (the TOML table name) and put range checks in :meth:`_check`.
+    Types are checked on construction, so a section built in code is validated too.
+    """
+
+    SECTION: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            expected = hints[f.name]
+            value = _coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), expected)
+            object.__setattr__(self, f.name, value)
+        self._check()
+
+    def _check(self) -> None:
+        """Range checks; raise ConfigError naming the field."""
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> Self:
+        table = _as_table(cls.SECTION, table)
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        for key in table:
+            if key not in allowed:
+                raise _unknown_key(f"{cls.SECTION}.{key}", key, allowed, f"[{cls.SECTION}]")
+        return cls(**table)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig(Section):
+    """``[run]``: what every run has, whatever the algorithm."""
+
+    SECTION: ClassVar[str] = "run"
+
+    seed: int = 0
+    """Seed of the first run; run k of ``repeats`` uses ``seed + k``."""
+    repeats: int = 1
+    """Number of independent runs (seeds ``seed, seed+1, ...``)."""
+    budget: int = 20_000
+    """Evaluations per client: the horizon T."""
+    output: str = "results"
+    """Directory (relative to the working directory) that receives ``results.json``."""
+
+    def _check(self) -> None:
+        if self.seed < 0:
+            raise ConfigError("run.seed", f"must be an integer >= 0, got {self.seed}")
+        if self.repeats < 1:
+            raise ConfigError("run.repeats", f"must be an integer >= 1, got {self.repeats}")
+        if self.budget <= 0:
+            raise ConfigError(
+                "run.budget",
+                f"must be a positive integer (evaluations per client), got {self.budget}",
+            )
+        if not self.output.strip():
+            raise ConfigError("run.output", "must be a non-empty directory path")
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seed of each run."""
+        return [self.seed + k for k in range(self.repeats)]
+
+
+def _default_noise_params() -> Mapping[str, Any]:
+    return MappingProxyType({"half_width": 0.1})
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseConfig:
+    """``objective.noise``: the observation noise model and its parameters."""
+
+    name: str = "uniform"
+    params: Mapping[str, Any] = dataclasses.field(default_factory=_default_noise_params)
+
+    def __post_init__(self) -> None:
+        _coerce("objective.noise.name", self.name, str)
+        object.__setattr__(self, "params", _frozen_params("objective.noise", self.params))
+
+    @classmethod
+    def from_value(cls, value: object) -> NoiseConfig:
+        """``noise = "name"`` (default parameters) or a table with ``name`` and parameters."""
+        if isinstance(value, str):
+            return cls(name=value, params={})
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                "objective.noise",
+                f"expected a noise model name or a table with name and parameters, "
+                f"got {_describe(value)}",
+            )
+        if "name" not in value:
+            raise ConfigError(
+                "objective.noise.name",
+                'missing; give the noise model, e.g. name = "gaussian" in [objective.noise]',
+            )
+        params = {k: v for k, v in value.items() if k != "name"}
+        return cls(name=value["name"], params=params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **_plain(self.params)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+    """``[objective]``: the test function (name + parameters) and its noise model."""
+
+    SECTION: ClassVar[str] = "objective"
+
+    name: str = "garland"
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    noise: NoiseConfig = dataclasses.field(default_factory=NoiseConfig)
+
+    def __post_init__(self) -> None:
+        _coerce("objective.name", self.name, str)
+        object.__setattr__(self, "params", _frozen_params("objective", self.params))
+        if not isinstance(self.noise, NoiseConfig):
+            raise ConfigError("objective.noise", f"expected a NoiseConfig, got {self.noise!r}")
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> ObjectiveConfig:
+        table = _as_table(cls.SECTION, table)
+        name = table.get("name", cls.name)
+        noise = NoiseConfig.from_value(table["noise"]) if "noise" in table else NoiseConfig()
+        params = {k: v for k, v in table.items() if k not in ("name", "noise")}
+        return cls(name=name, params=params, noise=noise)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **_plain(self.params), "noise": self.noise.to_dict()}
+
+
+def _default_algorithm_params() -> Mapping[str, Any]:
+    return MappingProxyType({"preset": "practical"})
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmConfig:
+    """``[algorithm]``: the optimizer's name and its parameters (passed to ``make_optimizer``)."""
+
+    SECTION: ClassVar[str] = "algorithm"
+
+    name: str = "hct"
+    params: Mapping[str, Any] = dataclasses.field(default_factory=_default_algorithm_params)
+
+    def __post_init__(self) -> None:
+        _coerce("algorithm.name", self.name, str)
+        object.__setattr__(self, "params", _frozen_params("algorithm", self.params))
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> AlgorithmConfig:
+        table = _as_table(cls.SECTION, table)
+        if "name" not in table:
+            # No name: the default algorithm with its default parameters, plus any given ones.
+            params = {**_default_algorithm_params(), **table}
+            return cls(params=params)
+        return cls(name=table["name"], params={k: v for k, v in table.items() if k != "name"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **_plain(self.params)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A whole run configuration; one field per TOML section.
+
+    Every field must have a ``default_factory`` that is the section's class (a class with
+    ``from_table`` and ``to_dict``): the list of allowed sections is read from these fields.
+    """
+
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
+    algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (dicts, lists, scalars) that :func:`config_from_dict` turns back into self."""
+        return {f.name: getattr(self, f.name).to_dict() for f in dataclasses.fields(self)}
+
+    def with_run(self, **changes: Any) -> Config:
+        """A copy with ``[run]`` keys replaced (``None`` values are ignored), re-validated.
+
+        Used for command-line overrides such as ``--budget``; a bad value raises ConfigError
+        naming ``run.<key>``.
+        """
+        data = self.to_dict()
+        data["run"].update({k: v for k, v in changes.items() if v is not None})
+        return config_from_dict(data)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.run.output)
+
+
+def _sections() -> dict[str, Any]:
+    return {f.name: f.default_factory for f in dataclasses.fields(Config)}
+
+
+def _validate_objects(config: Config) -> None:
+    """Build the objective, the noise model and the optimizer once, so a bad name or parameter
+    is reported now (by the registries, with the field name) and not in the middle of a run."""
+    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
+    make_optimizer(
+        config.algorithm.name,
+        objective.domain,
+        seed=config.run.seed,
+        budget=config.run.budget,
+        params=_plain(config.algorithm.params),
+    )
+
+
+def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Config:
+    """Build a validated :class:`Config` from plain data (e.g. parsed TOML).
+
+    Missing sections and keys take their defaults. Unknown sections or keys, wrong types and out
+    of range values raise :class:`ConfigError` naming the field. With ``validate`` (the default)
+    the objective, noise model and optimizer are also built once through their registries.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError("config", f"expected a table of sections, got {_describe(data)}")
+    sections = _sections()
+    for key in data:
+        if key not in sections:
+            raise ConfigError(
+                str(key),
+                f"unknown section [{key}]; allowed sections: {', '.join(sorted(sections))}",
+            )
+    parts = {
+        name: (cls.from_table(data[name]) if name in data else cls())
+        for name, cls in sections.items()
+    }
+    config = Config(**parts)
+    if validate:
+        _validate_objects(config)
+    return config
+
+
+def load_config(path: str | Path, *, validate: bool = True) -> Config:
+    """Read and validate a TOML run configuration.
+
+    A missing or unreadable file, or a TOML syntax error, raises :class:`ConfigError` whose
+    message gives the path (and, for syntax errors, the line and column).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError as exc:
+        raise ConfigError(str(p), "config file not found") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(str(p), "is a directory, expected a TOML config file") from exc
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read config file ({exc.strerror or exc})") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(p), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), f"invalid TOML: {exc}") from exc
+    try:
+        return config_from_dict(data, validate=validate)
+    except ConfigError as exc:
+        message = str(exc).removeprefix(f"{exc.field}: ")
+        raise ConfigError(exc.field, f"{message} (in {p})") from exc
+
+
+def default_config() -> Config:
+    """The built-in job of ``fedxab run`` without a config file.
+
+    HCT (practical preset: c = 0.1, delta = 0.01) on Garland, budget 20,000, uniform noise in
+    [-0.1, 0.1], 3 runs with seeds 0, 1, 2.
+    """
+    return config_from_dict(
+        {
+            "run": {"seed": 0, "repeats": 3, "budget": 20_000, "output": "results"},
+            "objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.1}},
+            "algorithm": {"name": "hct", "preset": "practical"},
+        }
+    )

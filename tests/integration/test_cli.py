@@ -1,0 +1,247 @@
+"""The ``fedxab`` command end to end: run, results.json, plot, errors, determinism."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedxab.agents.local import run_config, run_single
+from fedxab.cli import app
+from fedxab.config import config_from_dict
+from fedxab.results import SCHEMA, load_results
+
+runner = CliRunner()
+
+TINY = """\
+# a tiny job: HCT on Garland, 2 runs of 500 evaluations
+[run]
+seed = {seed}
+repeats = 2
+budget = 500
+output = "{output}"
+
+[objective]
+name = "garland"
+noise = {{ name = "uniform", half_width = 0.1 }}
+
+[algorithm]
+name = "hct"
+preset = "practical"
+"""
+
+
+def _tiny_config(tmp_path: Path, seed: int = 0, name: str = "tiny") -> Path:
+    out = tmp_path / name
+    path = tmp_path / f"{name}.toml"
+    path.write_text(TINY.format(seed=seed, output=out.as_posix()), encoding="utf-8")
+    return path
+
+
+def _run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def _results_json(tmp_path: Path, name: str = "tiny") -> dict:
+    return json.loads((tmp_path / name / "results.json").read_text())
+
+
+def test_run_writes_results_with_all_fields(tmp_path):
+    result = _run("run", str(_tiny_config(tmp_path)))
+    assert result.exit_code == 0, result.output
+    assert "results.json" in result.output
+    data = _results_json(tmp_path)
+
+    assert data["schema"] == SCHEMA
+    assert data["fedxab_version"]
+    assert data["created_at"].endswith("+00:00")
+    assert data["config"]["run"] == {
+        "seed": 0,
+        "repeats": 2,
+        "budget": 500,
+        "output": (tmp_path / "tiny").as_posix(),
+    }
+    assert data["config"]["algorithm"] == {"name": "hct", "preset": "practical"}
+    assert data["algorithm"] == "hct"
+    obj = data["objective"]
+    assert obj["name"] == "garland" and obj["dim"] == 1
+    # Garland: f* = 4 (pi/6)(1 - pi/6) at x* = pi/6
+    assert obj["optimum_value"] == pytest.approx(4 * (np.pi / 6) * (1 - np.pi / 6), abs=1e-9)
+    assert obj["maximizer"] == pytest.approx([np.pi / 6], abs=1e-6)
+    assert data["communication"] is None and data["privacy"] is None
+
+    assert [r["seed"] for r in data["runs"]] == [0, 1]
+    for r in data["runs"]:
+        rounds = np.array(r["rounds"])
+        cum = np.array(r["cumulative_regret"])
+        assert rounds.size <= 500 and rounds[0] == 1 and rounds[-1] == 500
+        assert cum.shape == rounds.shape
+        assert np.all(np.diff(cum) >= 0)  # noise-free regret is never negative
+        np.testing.assert_allclose(r["average_regret"], cum / rounds)
+        assert len(r["recommendation"]) == 1 and 0.0 <= r["recommendation"][0] <= 1.0
+        assert 0.0 <= r["simple_regret"] <= obj["optimum_value"]
+        assert r["evaluations"] == 500
+        assert r["wall_time_s"] > 0
+    finals = [r["cumulative_regret"][-1] for r in data["runs"]]
+    summary = data["summary"]
+    assert summary["runs"] == 2
+    assert summary["cumulative_regret"]["mean"] == pytest.approx(np.mean(finals))
+    assert summary["cumulative_regret"]["std"] == pytest.approx(np.std(finals))
+    assert summary["average_regret"]["mean"] == pytest.approx(np.mean(finals) / 500)
+
+
+def test_plot_writes_a_png(tmp_path):
+    assert _run("run", str(_tiny_config(tmp_path, 0, "a"))).exit_code == 0
+    assert _run("run", str(_tiny_config(tmp_path, 5, "b"))).exit_code == 0
+    png = tmp_path / "plots" / "regret.png"
+    result = _run(
+        "plot",
+        str(tmp_path / "a" / "results.json"),
+        str(tmp_path / "b" / "results.json"),
+        "-o",
+        str(png),
+    )
+    assert result.exit_code == 0, result.output
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 5_000
+    avg = tmp_path / "avg.png"
+    result = _run(
+        "plot", str(tmp_path / "a" / "results.json"), "-o", str(avg), "--metric", "average_regret"
+    )
+    assert result.exit_code == 0, result.output
+    assert avg.stat().st_size > 5_000
+
+
+def _assert_clean_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output
+    for fragment in fragments:
+        assert fragment in result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_bad_budget_exits_2_with_field_name(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[run]\nbudget = -5\n")
+    _assert_clean_error(_run("run", str(path)), "run.budget", "-5")
+
+
+def test_unknown_algorithm_exits_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[algorithm]\nname = "sgd"\n')
+    _assert_clean_error(_run("run", str(path)), "algorithm.name", "sgd")
+
+
+def test_unknown_objective_exits_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[objective]\nname = "nope"\n')
+    _assert_clean_error(_run("run", str(path)), "objective.name")
+
+
+def test_missing_config_and_bad_toml_exit_2(tmp_path):
+    _assert_clean_error(_run("run", str(tmp_path / "nope.toml")), "nope.toml", "not found")
+    path = tmp_path / "syntax.toml"
+    path.write_text("[run]\nbudget 5\n")
+    _assert_clean_error(_run("run", str(path)), "syntax.toml", "line 2")
+
+
+def test_bad_override_exits_2(tmp_path):
+    _assert_clean_error(_run("run", str(_tiny_config(tmp_path)), "--budget", "-3"), "run.budget")
+
+
+def test_plot_of_a_bad_results_file_exits_2(tmp_path):
+    bad = tmp_path / "results.json"
+    bad.write_text('{"schema": "other"}')
+    _assert_clean_error(_run("plot", str(bad), "-o", str(tmp_path / "x.png")), "schema")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_real_process_prints_one_error_line_and_exits_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[run]\nbudget = 0\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "from fedxab.cli import main; main()", "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: run.budget")
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_same_seed_same_results_different_seed_different(tmp_path):
+    for name, seed in (("s1", 3), ("s2", 3), ("s3", 4)):
+        assert _run("run", str(_tiny_config(tmp_path, seed, name))).exit_code == 0
+    a, b, c = (_results_json(tmp_path, n) for n in ("s1", "s2", "s3"))
+    for ra, rb in zip(a["runs"], b["runs"], strict=True):
+        assert ra["cumulative_regret"] == rb["cumulative_regret"]
+        assert ra["recommendation"] == rb["recommendation"]
+        assert ra["simple_regret"] == rb["simple_regret"]
+    # seeds 3, 4 vs 4, 5: the second run of one is the first run of the other
+    assert a["runs"][1]["cumulative_regret"] == c["runs"][0]["cumulative_regret"]
+    assert a["runs"][0]["cumulative_regret"] != c["runs"][0]["cumulative_regret"]
+    assert a["runs"][0]["cumulative_regret"] != a["runs"][1]["cumulative_regret"]
+
+
+def test_overrides_on_the_command_line(tmp_path):
+    out = tmp_path / "override"
+    result = _run(
+        "run",
+        str(_tiny_config(tmp_path)),
+        "--seed",
+        "7",
+        "--repeats",
+        "1",
+        "--budget",
+        "300",
+        "--output",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert [r["seed"] for r in data["runs"]] == [7]
+    assert data["runs"][0]["evaluations"] == 300
+    assert data["config"]["run"]["budget"] == 300
+
+
+def test_default_job_runs_hct_on_garland_and_prints_a_summary(tmp_path):
+    result = _run("run", "--output", str(tmp_path / "default"))
+    assert result.exit_code == 0, result.output
+    res = load_results(tmp_path / "default" / "results.json")
+    assert res.algorithm == "hct" and res.objective["name"] == "garland"
+    assert [r.seed for r in res.runs] == [0, 1, 2]
+    assert all(r.evaluations == 20_000 for r in res.runs)
+    # the summary table is printed (a row per run, then mean and std rows)
+    assert result.output.count("20,000") >= 3
+    assert "mean" in result.output and "std" in result.output
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["plot", "--help"]])
+def test_help_everywhere(args):
+    result = _run(*args)
+    assert result.exit_code == 0
+    assert "Usage" in result.output
+
+
+def test_run_single_progress_and_regret_bookkeeping():
+    cfg = config_from_dict({"run": {"budget": 1000}})
+    calls: list[tuple[int, int, float]] = []
+    rec = run_single(cfg, seed=0, progress=lambda d, t, r: calls.append((d, t, r)))
+    assert 1 <= len(calls) <= 201
+    assert calls[-1][:2] == (1000, 1000)
+    assert [c[0] for c in calls] == sorted({c[0] for c in calls})
+    # the progress callback's running regret agrees with the recorded curve
+    assert calls[-1][2] == pytest.approx(rec.final_cumulative_regret, rel=1e-9)
+    assert rec.rounds[-1] == 1000 and rec.evaluations == 1000
+    # and a run of run_config with the same seed reproduces it
+    again = run_config(cfg).runs[0]
+    np.testing.assert_array_equal(again.cumulative_regret, rec.cumulative_regret)
+    np.testing.assert_array_equal(again.recommendation, rec.recommendation)

@@ -1,0 +1,273 @@
+"""Run configuration: defaults, TOML loading, and a ConfigError naming the field for bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from fedxab.config import (
+    AlgorithmConfig,
+    Config,
+    NoiseConfig,
+    RunConfig,
+    config_from_dict,
+    default_config,
+    load_config,
+)
+from fedxab.errors import ConfigError, FedxabError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _write(tmp_path: Path, text: str, name: str = "run.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(data: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    return info.value
+
+
+# --- defaults and valid input ----------------------------------------------------------------
+
+
+def test_default_config_is_hct_practical_on_garland():
+    cfg = default_config()
+    assert cfg.run == RunConfig(seed=0, repeats=3, budget=20_000, output="results")
+    assert cfg.run.seeds == [0, 1, 2]
+    assert cfg.objective.name == "garland"
+    assert cfg.objective.noise == NoiseConfig("uniform", {"half_width": 0.1})
+    assert cfg.algorithm == AlgorithmConfig("hct", {"preset": "practical"})
+
+
+def test_empty_config_takes_section_defaults():
+    cfg = config_from_dict({})
+    assert cfg.run == RunConfig()
+    assert cfg.run.budget == 20_000 and cfg.run.repeats == 1
+    assert cfg.objective.name == "garland"
+    assert cfg.algorithm.name == "hct"
+
+
+def test_load_full_toml(tmp_path):
+    path = _write(
+        tmp_path,
+        """
+        [run]
+        seed = 4
+        repeats = 2
+        budget = 500
+        output = "out/x"
+
+        [objective]
+        name = "himmelblau"
+        normalized = true
+
+        [objective.noise]
+        name = "uniform"
+        half_width = 0.05
+
+        [algorithm]
+        name = "poo"
+        rho_max = 0.8
+        """,
+    )
+    cfg = load_config(path)
+    assert cfg.run == RunConfig(seed=4, repeats=2, budget=500, output="out/x")
+    assert cfg.run.seeds == [4, 5]
+    assert cfg.output_dir == Path("out/x")
+    assert cfg.objective.name == "himmelblau"
+    assert dict(cfg.objective.params) == {"normalized": True}
+    assert cfg.objective.noise == NoiseConfig("uniform", {"half_width": 0.05})
+    assert cfg.algorithm == AlgorithmConfig("poo", {"rho_max": 0.8})
+
+
+def test_noise_as_a_name_or_an_inline_table():
+    cfg = config_from_dict({"objective": {"name": "garland", "noise": "uniform"}})
+    assert cfg.objective.noise == NoiseConfig("uniform", {})
+    cfg = config_from_dict(
+        {"objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.2}}}
+    )
+    assert cfg.objective.noise.params["half_width"] == 0.2
+
+
+def test_to_dict_roundtrips_and_is_plain_data():
+    cfg = config_from_dict(
+        {
+            "run": {"seed": 3, "budget": 100},
+            "objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.2}},
+            "algorithm": {"name": "hct", "rho": 0.7, "nu": 2},
+        }
+    )
+    d = cfg.to_dict()
+    assert d == {
+        "run": {"seed": 3, "repeats": 1, "budget": 100, "output": "results"},
+        "objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.2}},
+        "algorithm": {"name": "hct", "rho": 0.7, "nu": 2},
+    }
+    assert type(d["algorithm"]) is dict
+    assert config_from_dict(d) == cfg
+
+
+def test_config_is_frozen():
+    cfg = default_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.run.budget = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cfg.algorithm.params["c"] = 1.0  # type: ignore[index]
+
+
+def test_with_run_overrides_and_revalidates():
+    cfg = default_config().with_run(seed=9, budget=123, repeats=None)
+    assert (cfg.run.seed, cfg.run.budget, cfg.run.repeats) == (9, 123, 3)
+    with pytest.raises(ConfigError) as info:
+        default_config().with_run(budget=-1)
+    assert info.value.field == "run.budget"
+
+
+@pytest.mark.parametrize("name", ["hct_garland.toml", "poo_garland.toml", "hct_himmelblau.toml"])
+def test_examples_load(name):
+    cfg = load_config(EXAMPLES / name)
+    assert cfg.run.budget <= 20_000
+    assert cfg.run.repeats >= 1
+
+
+# --- bad input: every error names its field ----------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [-5, 0])
+def test_non_positive_budget(budget):
+    err = _error({"run": {"budget": budget}})
+    assert err.field == "run.budget"
+    assert str(budget) in str(err)
+    assert "positive" in str(err)
+
+
+def test_negative_seed_and_zero_repeats():
+    assert _error({"run": {"seed": -1}}).field == "run.seed"
+    assert _error({"run": {"repeats": 0}}).field == "run.repeats"
+    assert _error({"run": {"output": "  "}}).field == "run.output"
+
+
+def test_run_section_built_in_code_is_validated_too():
+    with pytest.raises(ConfigError) as info:
+        RunConfig(budget=-3)
+    assert info.value.field == "run.budget"
+
+
+def test_unknown_objective_name_lists_allowed():
+    err = _error({"objective": {"name": "nope"}})
+    assert err.field == "objective.name"
+    assert "nope" in str(err)
+    assert "garland" in str(err)
+
+
+def test_unknown_algorithm_name_lists_allowed():
+    err = _error({"algorithm": {"name": "sgd"}})
+    assert err.field == "algorithm.name"
+    assert "sgd" in str(err)
+    assert "hct" in str(err) and "poo" in str(err)
+
+
+def test_unknown_algorithm_parameter():
+    err = _error({"algorithm": {"name": "hct", "learning_rate": 0.1}})
+    assert err.field == "algorithm.learning_rate"
+
+
+def test_bad_algorithm_parameter_value():
+    err = _error({"algorithm": {"name": "hct", "rho": 1.5}})
+    assert err.field == "algorithm.rho"
+
+
+def test_unknown_noise_model_and_bad_noise_parameter():
+    err = _error({"objective": {"noise": "pink"}})
+    assert err.field == "objective.noise.name"
+    assert "uniform" in str(err) and "gaussian" in str(err)
+    err = _error({"objective": {"noise": {"name": "uniform", "half_width": -1.0}}})
+    assert err.field == "objective.noise.half_width"
+    err = _error({"objective": {"noise": {"name": "uniform", "sigma": 1.0}}})
+    assert err.field == "objective.noise.sigma"
+
+
+def test_bad_objective_parameter():
+    assert _error({"objective": {"name": "garland", "dim": 3}}).field == "objective.dim"
+    assert _error({"objective": {"name": "rastrigin", "dim": 0}}).field == "objective.dim"
+
+
+def test_unknown_key_lists_allowed_keys():
+    err = _error({"run": {"bugdet": 10}})
+    assert err.field == "run.bugdet"
+    for allowed in ("budget", "output", "repeats", "seed"):
+        assert allowed in str(err)
+
+
+def test_unknown_section_lists_allowed_sections():
+    err = _error({"extra": {"x": 1}})
+    assert err.field == "extra"
+    assert "algorithm, objective, run" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "fragments"),
+    [
+        ({"run": {"budget": "100"}}, "run.budget", ["'100'", "str", "integer"]),
+        ({"run": {"budget": 1.5}}, "run.budget", ["1.5", "integer"]),
+        ({"run": {"seed": True}}, "run.seed", ["True", "integer"]),
+        ({"run": {"output": 5}}, "run.output", ["5", "string"]),
+        ({"run": 3}, "run", ["table"]),
+        ({"objective": {"name": 5}}, "objective.name", ["5", "string"]),
+        ({"algorithm": {"name": ["hct"]}}, "algorithm.name", ["string"]),
+        ({"objective": {"noise": 0.1}}, "objective.noise", ["0.1", "name"]),
+        ({"objective": {"noise": {"half_width": 0.1}}}, "objective.noise.name", ["missing"]),
+        ({"algorithm": {"name": "hct", "rho": float("nan")}}, "algorithm.rho", ["finite"]),
+    ],
+)
+def test_wrong_types_name_field_value_and_expected_type(data, field, fragments):
+    err = _error(data)
+    assert err.field == field
+    for fragment in fragments:
+        assert fragment in str(err)
+
+
+def test_bad_toml_syntax_reports_path_and_line(tmp_path):
+    path = _write(tmp_path, "[run]\nseed = 1\nbudget = = 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert str(path) in msg
+    assert "line 3" in msg
+    assert "invalid TOML" in msg
+
+
+def test_missing_file_reports_path(tmp_path):
+    path = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    assert "not found" in str(info.value)
+
+
+def test_error_in_a_file_names_field_and_file(tmp_path):
+    path = _write(tmp_path, "[run]\nbudget = -5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == "run.budget"
+    assert str(path) in str(info.value)
+    assert "-5" in str(info.value)
+
+
+def test_config_error_is_a_fedxab_error():
+    with pytest.raises(FedxabError):
+        config_from_dict({"run": {"budget": -1}})
+    with pytest.raises(ConfigError):
+        config_from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_sections_come_from_config_fields():
+    # Adding a section is one new dataclass plus one field on Config: check the wiring.
+    names = [f.name for f in dataclasses.fields(Config)]
+    assert names == ["run", "objective", "algorithm"]
