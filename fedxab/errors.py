@@ -35,3 +35,10 @@ class UnknownPointError(FedxabError, KeyError):
 
 class ObjectiveError(FedxabError, ValueError):
     """An objective was given or returned something of the wrong shape, type or value."""
+
+
+class ProtocolError(FedxabError, ValueError):
+    """A message (broadcast, report, envelope) is malformed, from the wrong phase, or unexpected.
+
+    A server or client that receives one rejects the message, counts it, and keeps its state.
+    """
