@@ -328,10 +328,13 @@ class FedPNEClient:
             check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
         self.used += n_pulls
         if n_pulls == n_nodes * t_h:
-            report = FedPNEReport(
-                broadcast.phase, self.client_id, True, rewards.reshape(n_nodes, t_h).mean(axis=1)
-            )
+            means = self._local_means(rewards.reshape(n_nodes, t_h), broadcast.phase)
+            report = FedPNEReport(broadcast.phase, self.client_id, True, means)
         else:
             report = FedPNEReport(broadcast.phase, self.client_id, False)
         self._last = (broadcast.phase, report)
         return report
+
+    def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
+        """The released statistic: each node's mean reward (rows = nodes, columns = pulls)."""
+        return rewards.mean(axis=1)

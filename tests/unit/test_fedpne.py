@@ -14,7 +14,7 @@ from fedxab.algorithms.fedpne import (
 )
 from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import Finished
-from fedxab.errors import InvalidRewardError, ProtocolError
+from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
 
 
 @pytest.mark.parametrize(
@@ -232,3 +232,51 @@ def test_same_seed_same_run():
     a, b = run(1), run(1)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     assert not np.array_equal(run(2)[0], a[0])
+
+
+def test_dp_fed_pne_enlarges_c_and_adds_per_reward_noise_with_one_event_per_phase():
+    from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
+
+    m, t = 5, 20_000
+    eps, dpriv = 0.5, 1e-3
+    server = DPFedPNEServer([[0, 1]], n_clients=m, budget=t, epsilon=eps, privacy_delta=dpriv)
+    sigma = math.sqrt(2 * math.log(1.25 / dpriv)) / eps
+    assert server.constants.c == pytest.approx(0.1 * math.sqrt(1 + 4 * sigma**2))
+    clients = [
+        DPFedPNEClient(j, [[0, 1]], budget=t, epsilon=eps, privacy_delta=dpriv, seed=3)
+        for j in range(m)
+    ]
+    pulled, finished, phases = _drive(server, clients, [garland] * m)
+    assert all(len(p) == t for p in pulled)
+    completed = len(server.history)
+    for client in clients:
+        assert [p for p, _ in client.events] == list(range(1, completed + 1))
+        assert all(e.noise_multiplier == pytest.approx(sigma) for _, e in client.events)
+    # released means carry N(0, sigma^2 / (M t_h)) noise around the noise-free node values:
+    # the standardised errors over all nodes of all phases have mean square ~ 1 (seeded;
+    # tolerance [0.5, 1.6] for 23 chi-square(1) terms; measured 1.18)
+    z = []
+    for rec in server.history:
+        centres = (rec.nodes - 0.5) / 2**rec.depth
+        exact = garland(centres.reshape(-1, 1))
+        t_h = math.ceil(server.constants.tau(rec.depth) / m)
+        z.extend((rec.means - exact) / (sigma / math.sqrt(m * t_h)))
+    assert len(z) >= 20
+    assert 0.5 < float(np.mean(np.square(z))) < 1.6
+    assert isinstance(finished, Finished) and phases >= completed
+
+
+def test_dp_fed_pne_rejects_epsilon_where_the_classic_calibration_is_invalid():
+    from fedxab.algorithms.dpfedpne import DPFedPNEServer
+
+    with pytest.raises(ConfigError, match="analytic"):
+        DPFedPNEServer([[0, 1]], n_clients=2, budget=100, epsilon=2.0, privacy_delta=1e-5)
+    server = DPFedPNEServer(
+        [[0, 1]],
+        n_clients=2,
+        budget=100,
+        epsilon=2.0,
+        privacy_delta=1e-5,
+        calibration="analytic",
+    )
+    assert server.mechanism.sigma > 0

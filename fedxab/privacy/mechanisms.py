@@ -1,0 +1,118 @@
+"""Privacy mechanisms that release a value and return the privacy event they cost.
+
+As in Google's dp-accounting (``DpEvent``), a release is described by data, a
+:class:`PrivacyEvent`, which an accountant later converts into (epsilon, delta); the mechanism
+itself never decides what the budget is.
+
+Calibration of the Gaussian mechanism's standard deviation sigma for one release of L2
+sensitivity ``s`` at (epsilon, delta):
+
+- ``"classic"`` (Dwork & Roth 2014, Theorem A.1): ``sigma = s sqrt(2 log(1.25/delta)) / epsilon``,
+  valid only for ``0 < epsilon < 1``. This is the calibration of DP-Fed-PNE ([FX] App. D,
+  ``sigma^2 = 2 log(1.25/delta)/epsilon^2``) and the default there.
+- ``"analytic"`` (Balle & Wang 2018, Theorem 8): the smallest sigma with
+  ``Phi(s/(2 sigma) - epsilon sigma/s) - e^epsilon Phi(-s/(2 sigma) - epsilon sigma/s) <= delta``,
+  valid for every epsilon > 0 and never larger than the classic sigma.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtr
+
+from fedxab.errors import ConfigError
+from fedxab.validation import check_choice, check_positive
+
+CALIBRATIONS = ("classic", "analytic")
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One release, as data: what an accountant needs to compute its privacy loss.
+
+    ``count`` releases of a Gaussian mechanism with noise multiplier ``sigma / sensitivity``,
+    each on a Poisson subsample of rate ``sampling_rate`` (1 = no subsampling). Events with
+    different ``scope`` touch disjoint data (e.g. DP-Fed-PNE's phases use disjoint rewards), so
+    an accountant combines them by parallel composition; events in one scope compose.
+    """
+
+    mechanism: str
+    noise_multiplier: float
+    sampling_rate: float = 1.0
+    sensitivity: float = 1.0
+    count: int = 1
+    scope: str = ""
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "mechanism": self.mechanism,
+            "noise_multiplier": self.noise_multiplier,
+            "sampling_rate": self.sampling_rate,
+            "sensitivity": self.sensitivity,
+            "count": self.count,
+            "scope": self.scope,
+        }
+
+
+def _analytic_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    a = sensitivity / (2.0 * sigma)
+    b = epsilon * sigma / sensitivity
+    return float(ndtr(a - b) - math.exp(epsilon) * ndtr(-a - b))
+
+
+def gaussian_sigma(
+    epsilon: float, delta: float, sensitivity: float = 1.0, calibration: str = "classic"
+) -> float:
+    """The noise standard deviation for one (epsilon, delta)-DP release (module docstring)."""
+    check_choice("privacy.calibration", calibration, CALIBRATIONS)
+    epsilon = check_positive("privacy.epsilon", epsilon)
+    delta = check_positive("privacy.delta", delta, upper=1.0)
+    sensitivity = check_positive("privacy.sensitivity", sensitivity)
+    if calibration == "classic":
+        if epsilon >= 1.0:
+            raise ConfigError(
+                "privacy.epsilon",
+                f"the classic Gaussian calibration needs 0 < epsilon < 1, got {epsilon}; "
+                "use calibration = 'analytic' (Balle & Wang 2018) for epsilon >= 1",
+            )
+        return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    lo, hi = 1e-6 * sensitivity, sensitivity
+    while _analytic_delta(hi, epsilon, sensitivity) > delta:
+        hi *= 2.0
+    for _ in range(200):  # bisection to machine precision on the monotone delta(sigma)
+        mid = 0.5 * (lo + hi)
+        if _analytic_delta(mid, epsilon, sensitivity) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass(frozen=True)
+class GaussianMechanism:
+    """Adds ``N(0, sigma^2)`` noise, elementwise, to released values of L2 sensitivity ``s``."""
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    @classmethod
+    def calibrated(
+        cls, epsilon: float, delta: float, sensitivity: float = 1.0, calibration: str = "classic"
+    ) -> GaussianMechanism:
+        return cls(gaussian_sigma(epsilon, delta, sensitivity, calibration), sensitivity)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.sigma / self.sensitivity
+
+    def release(
+        self, values: np.ndarray, rng: np.random.Generator, scope: str = ""
+    ) -> tuple[np.ndarray, PrivacyEvent]:
+        """``values + N(0, sigma^2 I)`` and the event of this one release."""
+        values = np.asarray(values, dtype=np.float64)
+        noisy = values + rng.normal(0.0, self.sigma, size=values.shape)
+        event = PrivacyEvent("gaussian", self.noise_multiplier, 1.0, self.sensitivity, 1, scope)
+        return noisy, event
