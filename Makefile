@@ -1,7 +1,7 @@
 # fedxab: the two commands of the README, plus the benchmark.
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
-#   make test   create .venv if missing, install fedxab[dev], ruff + pytest
+#   make test   create .venv if missing, install fedxab[dev,bench], ruff + pytest
 #   make bench  install fedxab[dev,bench] (PyXAB), run the HCT vs PyXAB benchmark
 #
 # Every recipe line's exit status is kept: a lint error or a failed (or empty, exit code 5)
@@ -22,7 +22,7 @@ run: $(BIN)/python
 	$(BIN)/fedxab run
 
 test: $(BIN)/python
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,bench]'
 	$(BIN)/ruff check fedxab tests benchmarks
 	$(BIN)/pytest
 

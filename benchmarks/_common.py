@@ -1,0 +1,138 @@
+"""Shared pieces of the benchmarks: objective, noise stream, driver loop, memory probes.
+
+This module imports only numpy and the standard library, so that a fresh subprocess that measures
+memory can import it without pulling in rich, PyXAB or anything else that would inflate its RSS.
+
+Every optimizer in a benchmark is driven by :func:`drive`, the one loop for all of them::
+
+    x_t = ask(t)                       # the optimizer's point for round t (1-based)
+    f_t = objective_at(x_t)            # noise-free value, one shared vectorized function
+    r_t = f_t + noise[t - 1]           # noise pre-drawn from numpy.random.default_rng(seed)
+    tell(t, x_t, r_t)                  # the optimizer's update
+    regret += f_star - f_t             # cumulative (pseudo-)regret
+
+so two optimizers given the same seed see exactly the same noise sequence, evaluate the objective
+with exactly the same code, and differ only in ``ask``/``tell``.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# --------------------------------------------------------------------------------------------
+# Garland on [0, 1]: f(x) = x (1 - x) (4 - sqrt|sin 60x|), the formula of PyXAB's ``Garland.f``.
+# Its global maximiser is the cusp x* = pi/6 (sin 60x* = sin 10 pi = 0), where f = 4 x* (1 - x*).
+
+GARLAND_DOMAIN: list[list[float]] = [[0.0, 1.0]]
+GARLAND_X_STAR: float = math.pi / 6.0
+GARLAND_F_STAR: float = 4.0 * GARLAND_X_STAR * (1.0 - GARLAND_X_STAR)
+
+
+def garland(X: np.ndarray) -> np.ndarray:
+    """Garland, vectorized: ``X`` of shape ``(n, 1)`` -> values of shape ``(n,)``."""
+    x = np.asarray(X, dtype=float)[:, 0]
+    return x * (1.0 - x) * (4.0 - np.sqrt(np.abs(np.sin(60.0 * x))))
+
+
+def garland_at(point: Any) -> float:
+    """The vectorized :func:`garland` evaluated on a single point (an array or a list)."""
+    return float(garland(np.asarray(point, dtype=float).reshape(1, -1))[0])
+
+
+def check_garland_optimum(grid_size: int = 2_000_001) -> float:
+    """Sanity check of ``GARLAND_F_STAR``: no grid point exceeds it and x* attains it.
+
+    Returns the grid maximum. Raises ``AssertionError`` if f* is not the maximum.
+    """
+    grid = np.linspace(0.0, 1.0, grid_size).reshape(-1, 1)
+    grid_max = float(garland(grid).max())
+    assert grid_max <= GARLAND_F_STAR + 1e-12, (grid_max, GARLAND_F_STAR)
+    # In floating point sin(60 x*) is ~1e-15 rather than 0, and its square root ~4e-8.
+    assert abs(garland_at([GARLAND_X_STAR]) - GARLAND_F_STAR) < 1e-7
+    return grid_max
+
+
+# --------------------------------------------------------------------------------------------
+# Noise and driver
+
+
+def uniform_noise(seed: int, budget: int, half_width: float = 0.1) -> np.ndarray:
+    """The noise of every round, U(-half_width, half_width), from ``default_rng(seed)``.
+
+    Drawn once before a run (outside the timed loop) and handed to every optimizer unchanged.
+    """
+    return np.random.default_rng(seed).uniform(-half_width, half_width, size=budget)
+
+
+AskFn = Callable[[int], Any]
+TellFn = Callable[[int, Any, float], None]
+
+
+def drive(
+    ask: AskFn,
+    tell: TellFn,
+    budget: int,
+    noise: np.ndarray,
+    *,
+    objective_at: Callable[[Any], float] = garland_at,
+    f_star: float = GARLAND_F_STAR,
+    on_chunk: Callable[[int], None] | None = None,
+    chunk: int = 1000,
+) -> tuple[float, float]:
+    """Run ``budget`` rounds of ask -> evaluate -> tell; return ``(wall_seconds, cum_regret)``.
+
+    The wall time (``time.perf_counter``) covers the whole loop. ``on_chunk(n)`` is called after
+    every ``chunk`` rounds (for a progress bar); it is the same for every optimizer.
+    """
+    if len(noise) < budget:
+        raise ValueError(f"noise has {len(noise)} values, the budget is {budget}")
+    regret = 0.0
+    t = 0
+    start = time.perf_counter()
+    while t < budget:
+        stop = min(t + chunk, budget)
+        for s in range(t, stop):
+            x = ask(s + 1)
+            f = objective_at(x)
+            tell(s + 1, x, f + float(noise[s]))
+            regret += f_star - f
+        if on_chunk is not None:
+            on_chunk(stop - t)
+        t = stop
+    wall = time.perf_counter() - start
+    return wall, regret
+
+
+def ask_tell_adapters(opt: Any) -> tuple[AskFn, TellFn]:
+    """:func:`drive` callbacks for an optimizer with fedxab's ``ask()`` / ``tell(x, reward)``."""
+    return (lambda t: opt.ask()), (lambda t, x, r: opt.tell(x, r))
+
+
+def pyxab_adapters(algo: Any) -> tuple[AskFn, TellFn]:
+    """:func:`drive` callbacks for a PyXAB algorithm: ``pull(t)`` / ``receive_reward(t, r)``."""
+    return (lambda t: algo.pull(t)), (lambda t, x, r: algo.receive_reward(t, r))
+
+
+# --------------------------------------------------------------------------------------------
+# Memory
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set size so far (``getrusage(RUSAGE_SELF).ru_maxrss``).
+
+    On Linux ``ru_maxrss`` is in KiB; on macOS it is in bytes, converted here to KiB.
+    """
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss // 1024 if sys.platform == "darwin" else rss
+
+
+def kib_to_mb(kib: float) -> float:
+    """KiB -> MB (10^6 bytes)."""
+    return kib * 1024.0 / 1e6
