@@ -1,0 +1,440 @@
+"""HCT baselines of the federated papers as federated server/client pairs.
+
+Both run in the same runner as Fed-PNE (``start`` / ``answer`` / ``receive`` / ``close_phase``):
+
+- :class:`LocalHCTServer` / :class:`LocalHCTClient`: [PF]'s baseline (spec-fedpne-pfpne §1.2,
+  §8.1): every client runs :class:`~fedxab.algorithms.hct.HCT` on its own objective for its whole
+  budget, with no communication except one broadcast ("run") and one report per client (its
+  recommendation). Its regret is the *local* regret of each client.
+- :class:`CentralHCTServer` / :class:`CentralHCTClient`: [FX]'s baseline (spec §1.2, §7.1): one
+  HCT, held by the server, on the *global* objective ``(1/M) sum_m f_m`` with instant
+  communication. Round ``t`` = one phase: the server broadcasts HCT's point ``x_t``, every client
+  evaluates its objective there once and reports the reward, and the server tells HCT the average
+  ``(1/M) sum_m (f_m(x_t) + eps_{m,t})`` ([PROPOSED] in spec §1.2).
+
+**Central HCT deliberately breaks the "summary statistics only" rule** of DESIGN.md: each report
+carries one raw reward. It models the unlimited, instant communication that [FX] grants this
+baseline, so its communication is ``T`` rounds (``T`` broadcasts and ``M T`` reports), against
+``O(log T)`` for the federated algorithms. ``SENDS_RAW_REWARDS`` on each server class says which
+baseline does so, for tests and audits that check what leaves a client.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedxab.algorithms.base import check_reward
+from fedxab.algorithms.hct import HCT
+from fedxab.algorithms.protocol import Evaluate, Finished, check_kind, wire_array, wire_int
+from fedxab.domain import as_domain
+from fedxab.errors import InvalidRewardError, ProtocolError
+from fedxab.seeding import stream_word
+from fedxab.validation import check_positive_int
+
+
+def local_hct_seed(seed: int, client_id: int) -> int:
+    """The seed of client ``client_id``'s HCT (its partition and draws) in a local-HCT run.
+
+    Derived from the run seed through :func:`fedxab.seeding.stream_word`, so every client has its
+    own random partition, as when [PF] ran PyXAB's HCT separately on each client.
+    """
+    return stream_word(seed, "local-hct", client_id)
+
+
+def _one_reward(evaluate: Evaluate, x: np.ndarray) -> float:
+    """``evaluate`` at the single point ``x``, checked to be one finite reward."""
+    rewards = np.asarray(evaluate(x.reshape(1, -1)), dtype=float).reshape(-1)
+    if rewards.shape != (1,):
+        raise InvalidRewardError(f"evaluate() returned {rewards.shape[0]} rewards for 1 point")
+    return check_reward(rewards[0], field=f"reward at {x.tolist()}")
+
+
+def _check_point(value: np.ndarray, dim: int, name: str) -> None:
+    if value.shape != (dim,):
+        raise ProtocolError(f"field {name!r} must hold {dim} coordinates, got shape {value.shape}")
+
+
+# ================================================================================ local HCT
+@dataclass(frozen=True)
+class LocalHCTBroadcast:
+    """Server -> clients, once: run HCT for ``rounds`` pulls on your own objective."""
+
+    phase: int
+    rounds: int
+
+    kind = "localhct.broadcast"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "phase": self.phase, "rounds": self.rounds}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> LocalHCTBroadcast:
+        check_kind(data, cls.kind)
+        return cls(phase=wire_int(data, "phase", 1), rounds=wire_int(data, "rounds", 1))
+
+
+@dataclass(frozen=True)
+class LocalHCTReport:
+    """Client -> server, once: how many pulls it made and its HCT's recommendation."""
+
+    phase: int
+    client: int
+    pulls: int
+    recommendation: np.ndarray
+
+    kind = "localhct.report"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "client": self.client,
+            "pulls": self.pulls,
+            "recommendation": np.asarray(self.recommendation, dtype=np.float64),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> LocalHCTReport:
+        check_kind(data, cls.kind)
+        return cls(
+            phase=wire_int(data, "phase", 1),
+            client=wire_int(data, "client"),
+            pulls=wire_int(data, "pulls"),
+            recommendation=wire_array(data, "recommendation", "f"),
+        )
+
+
+class LocalHCTServer:
+    """Local HCT, server side: one "run" broadcast, then collect each client's recommendation.
+
+    The run's answer (``Finished.recommendation``) is the recommendation of the lowest-id client
+    that reported. Comparing clients by their mean reward would be meaningless: their objectives
+    differ (e.g. by an additive constant, spec §7.2), so the best mean says nothing about the
+    point. Every client's own answer is in :attr:`recommendations` (and on the client,
+    :meth:`LocalHCTClient.recommend`), which is what local regret needs.
+    """
+
+    SENDS_RAW_REWARDS = False
+
+    def __init__(
+        self,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        n_clients: int,
+        budget: int,
+    ) -> None:
+        self.domain = as_domain(domain)
+        self.n_clients = check_positive_int("federation.clients", n_clients)
+        self.budget = check_positive_int("run.budget", budget)
+        self.phase = 0
+        self._reports: dict[int, LocalHCTReport] = {}
+        self._finished: Finished | None = None
+
+    def start(self) -> LocalHCTBroadcast:
+        if self.phase != 0:
+            raise ProtocolError("start() called twice")
+        self.phase = 1
+        return LocalHCTBroadcast(1, self.budget)
+
+    def receive(self, client: int, report: LocalHCTReport) -> bool:
+        """Record a client's report; ``False`` if it is a duplicate."""
+        if self.phase == 0 or self._finished is not None:
+            raise ProtocolError("no phase is open")
+        if not 0 <= client < self.n_clients or report.client != client:
+            raise ProtocolError(
+                f"report from client {report.client} received as client {client}; "
+                f"expected an id in 0..{self.n_clients - 1}"
+            )
+        if report.phase != self.phase:
+            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
+        if client in self._reports:
+            return False
+        if report.pulls > self.budget:
+            raise ProtocolError(f"field 'pulls' is {report.pulls}, above the budget {self.budget}")
+        _check_point(report.recommendation, self.domain.shape[0], "recommendation")
+        self._reports[client] = report
+        return True
+
+    def ready(self) -> bool:
+        return len(self._reports) == self.n_clients
+
+    @property
+    def reported(self) -> int:
+        return len(self._reports)
+
+    @property
+    def recommendations(self) -> dict[int, np.ndarray]:
+        """Each reporting client's own recommendation, by client id."""
+        return {m: r.recommendation for m, r in sorted(self._reports.items())}
+
+    def close_phase(self) -> Finished:
+        """Finish with the lowest-id client's recommendation (see the class docstring)."""
+        if self._finished is not None:
+            return self._finished
+        if not self._reports:
+            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        first = min(self._reports)
+        self._finished = Finished(self.phase, np.array(self._reports[first].recommendation))
+        return self._finished
+
+
+class LocalHCTClient:
+    """Local HCT, client side: its own :class:`HCT` run for the whole budget, then one report.
+
+    HCT is sequential, so ``evaluate`` is called with one point at a time (``T`` calls of one row
+    instead of one batch per phase): this baseline costs one Python call per pull in the runner.
+    The HCT seed is :func:`local_hct_seed` of the run seed and the client id.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        budget: int,
+        nu: float = 1.0,
+        rho: float = 0.5,
+        preset: str = "practical",
+        c: float | None = None,
+        c1: float | None = None,
+        delta: float | None = None,
+        k: int = 2,
+        split: str = "random",
+        seed: int = 0,
+    ) -> None:
+        self.client_id = client_id
+        self.budget = check_positive_int("run.budget", budget)
+        self.hct = HCT(
+            domain,
+            nu=nu,
+            rho=rho,
+            preset=preset,
+            c=c,
+            c1=c1,
+            delta=delta,
+            budget=budget,
+            k=k,
+            split=split,
+            seed=local_hct_seed(seed, client_id),
+        )
+        self.used = 0
+        self._last: tuple[int, LocalHCTReport] | None = None
+
+    def answer(self, broadcast: LocalHCTBroadcast, evaluate: Evaluate) -> LocalHCTReport:
+        """Run HCT for ``min(rounds, budget left)`` pulls, then report its recommendation.
+
+        A repeated broadcast (redelivery) gets the same report back without pulling again.
+        """
+        if self._last is not None and self._last[0] == broadcast.phase:
+            return self._last[1]
+        rounds = min(broadcast.rounds, self.budget - self.used)
+        for _ in range(rounds):
+            x = self.hct.ask()
+            self.hct.tell(x, _one_reward(evaluate, x))
+            self.used += 1
+        report = LocalHCTReport(broadcast.phase, self.client_id, rounds, self.hct.recommend())
+        self._last = (broadcast.phase, report)
+        return report
+
+    def recommend(self) -> np.ndarray:
+        """This client's own answer (for its local regret)."""
+        return self.hct.recommend()
+
+
+# ============================================================================== central HCT
+@dataclass(frozen=True)
+class CentralHCTBroadcast:
+    """Server -> clients, every round: the point ``x_t`` HCT asks for."""
+
+    phase: int
+    point: np.ndarray
+
+    kind = "centralhct.broadcast"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "point": np.asarray(self.point, dtype=np.float64),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> CentralHCTBroadcast:
+        check_kind(data, cls.kind)
+        return cls(phase=wire_int(data, "phase", 1), point=wire_array(data, "point", "f"))
+
+
+@dataclass(frozen=True)
+class CentralHCTReport:
+    """Client -> server, every round: the client's RAW noisy reward at ``x_t``.
+
+    This message breaks the summary-statistics-only rule on purpose (module docstring).
+    """
+
+    phase: int
+    client: int
+    reward: float
+
+    kind = "centralhct.report"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "client": self.client,
+            "reward": float(self.reward),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> CentralHCTReport:
+        check_kind(data, cls.kind)
+        if "reward" not in data:
+            raise ProtocolError("missing field 'reward'")
+        reward = data["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, int | float | np.number):
+            raise ProtocolError(f"field 'reward' must be a number, got {reward!r}")
+        if not math.isfinite(float(reward)):
+            raise ProtocolError(f"field 'reward' must be finite, got {reward!r}")
+        return cls(
+            phase=wire_int(data, "phase", 1),
+            client=wire_int(data, "client"),
+            reward=float(reward),
+        )
+
+
+class CentralHCTServer:
+    """Centralised HCT on the global objective ([FX]'s baseline): one round per phase, T phases.
+
+    Parameters of the HCT are those of :class:`~fedxab.algorithms.hct.HCT`; ``rho`` defaults to
+    0.75, the value [FX] used for this baseline (spec §7.1). The server tells HCT the mean of the
+    rewards received for the round, in client order (all M, or the quorum the caller closed on).
+    """
+
+    SENDS_RAW_REWARDS = True
+
+    def __init__(
+        self,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        n_clients: int,
+        budget: int,
+        nu: float = 1.0,
+        rho: float = 0.75,
+        preset: str = "practical",
+        c: float | None = None,
+        c1: float | None = None,
+        delta: float | None = None,
+        k: int = 2,
+        split: str = "random",
+        seed: int = 0,
+    ) -> None:
+        self.n_clients = check_positive_int("federation.clients", n_clients)
+        self.budget = check_positive_int("run.budget", budget)
+        self.hct = HCT(
+            domain,
+            nu=nu,
+            rho=rho,
+            preset=preset,
+            c=c,
+            c1=c1,
+            delta=delta,
+            budget=budget,
+            k=k,
+            split=split,
+            seed=seed,
+        )
+        self.dim = self.hct.partition.dim
+        self.phase = 0
+        self._current: CentralHCTBroadcast | None = None
+        self._reports: dict[int, CentralHCTReport] = {}
+        self._finished: Finished | None = None
+
+    def start(self) -> CentralHCTBroadcast:
+        if self.phase != 0:
+            raise ProtocolError("start() called twice")
+        return self._next_round()
+
+    def _next_round(self) -> CentralHCTBroadcast:
+        self.phase += 1
+        self._reports = {}
+        self._current = CentralHCTBroadcast(self.phase, self.hct.ask())
+        return self._current
+
+    def receive(self, client: int, report: CentralHCTReport) -> bool:
+        """Record a client's reward for the round; ``False`` if it is a duplicate."""
+        if self._current is None or self._finished is not None:
+            raise ProtocolError("no phase is open")
+        if not 0 <= client < self.n_clients or report.client != client:
+            raise ProtocolError(
+                f"report from client {report.client} received as client {client}; "
+                f"expected an id in 0..{self.n_clients - 1}"
+            )
+        if report.phase != self.phase:
+            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
+        if client in self._reports:
+            return False
+        if not math.isfinite(report.reward):
+            raise ProtocolError(f"field 'reward' must be finite, got {report.reward!r}")
+        self._reports[client] = report
+        return True
+
+    def ready(self) -> bool:
+        return len(self._reports) == self.n_clients
+
+    @property
+    def reported(self) -> int:
+        return len(self._reports)
+
+    def close_phase(self) -> CentralHCTBroadcast | Finished:
+        """Tell HCT the round's average reward; next round, or finish after ``T`` rounds."""
+        if self._finished is not None:
+            return self._finished
+        if not self._reports:
+            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        rewards = [self._reports[m].reward for m in sorted(self._reports)]
+        self.hct.tell(self._current.point, sum(rewards) / len(rewards))  # type: ignore[union-attr]
+        if self.hct.t >= self.budget:
+            self._finished = Finished(self.phase, self.hct.recommend())
+            return self._finished
+        return self._next_round()
+
+    def recommend(self) -> np.ndarray:
+        return self.hct.recommend()
+
+
+class CentralHCTClient:
+    """Centralised HCT, client side: evaluate the broadcast point once, report the raw reward."""
+
+    def __init__(
+        self,
+        client_id: int,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        budget: int,
+    ) -> None:
+        self.client_id = client_id
+        self.dim = as_domain(domain).shape[0]
+        self.budget = check_positive_int("run.budget", budget)
+        self.used = 0
+        self._last: tuple[int, CentralHCTReport] | None = None
+
+    def answer(self, broadcast: CentralHCTBroadcast, evaluate: Evaluate) -> CentralHCTReport:
+        """One pull at the broadcast point; a redelivered broadcast is answered from cache."""
+        if self._last is not None and self._last[0] == broadcast.phase:
+            return self._last[1]
+        if self.used >= self.budget:
+            raise ProtocolError(
+                f"client {self.client_id} has used its budget of {self.budget} pulls; "
+                f"no pull left for phase {broadcast.phase}"
+            )
+        _check_point(broadcast.point, self.dim, "point")
+        reward = _one_reward(evaluate, np.asarray(broadcast.point, dtype=float))
+        self.used += 1
+        report = CentralHCTReport(broadcast.phase, self.client_id, reward)
+        self._last = (broadcast.phase, report)
+        return report
