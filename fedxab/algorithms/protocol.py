@@ -49,7 +49,7 @@ def wire_array(
     value = _field(data, name)
     if isinstance(value, list | tuple):
         try:
-            value = np.asarray(value, dtype=np.int64 if kind == "i" else np.float64)
+            value = np.asarray(value) if value else np.empty(0, dtype=np.int64)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ProtocolError(f"field {name!r} is not a numeric array: {exc}") from exc
     if not isinstance(value, np.ndarray):

@@ -280,3 +280,16 @@ def test_dp_fed_pne_rejects_epsilon_where_the_classic_calibration_is_invalid():
         calibration="analytic",
     )
     assert server.mechanism.sigma > 0
+
+
+def test_integer_fields_sent_as_float_lists_are_rejected_not_truncated():
+    wire = {
+        "kind": "fedpne.broadcast",
+        "phase": 1,
+        "depth": 1,
+        "nodes": [1.5, 2.0],
+        "pulls_per_node": 1,
+    }
+    with pytest.raises(ProtocolError, match="must hold integers"):
+        FedPNEBroadcast.from_wire(wire)
+    assert FedPNEBroadcast.from_wire({**wire, "nodes": [1, 2]}).nodes.tolist() == [1, 2]
