@@ -1,0 +1,451 @@
+"""The m-player parallel X-armed bandit algorithm (Chen, Liu, Zhang & Li, "A Parallel algorithm
+for X-Armed bandits", Algorithm 1), coordinator formulation, level by level.
+
+spec-hct-poo-parallel §3 (with the resolutions C-1..C-15 of §6). Players are the clients, the
+coordinator is the server. At depth ``h`` with confidence set ``S_h`` (``S_0 = {(0, 1)}``):
+
+1. the server broadcasts ``(h, S_h, T_h)`` with (§3.3, C-1; no typo'd ``T_0``)::
+
+       T_h = ceil( log(pi^2 (h+1)^2 |S_h| / (3 delta)) / (2 (nu rho^h)^2 m) )
+
+2. every player pulls **every** node of ``S_h`` exactly ``T_h`` times (work replicated, not
+   partitioned, §3.6), node after node in increasing index, in one batch, and reports its local
+   means ``mu^j_{h,i}`` (the paper's released statistic);
+3. the server averages them in increasing client order (C-13), ``mu_{h,i} = (1/m) sum_j
+   mu^j_{h,i}``, records the level, and expands every node with
+   ``mu_{h,i} >= max mu_h - 3 nu rho^h`` (ties for the argmax: smallest index);
+   ``S_{h+1}`` = the children of the expanded nodes.
+
+If a level does not fit in the remaining per-player budget ``n``, it is still broadcast: players
+pull in the prescribed order until their n-th evaluation and report ``complete=False``; that
+partial level is discarded (§3.7). The answer is the centre of the argmax node of the deepest
+completed level, or of the root if no level completed (C-3). One communication round is counted
+per completed level (C-4): :attr:`ParallelServer.rounds`.
+
+Cells and representative points come from :class:`~fedxab.algorithms.partition.Partition` (cell
+centres). The default split rule is ``"longest"``, spec §0.2's proposed default for this paper:
+halving the longest side keeps every cell's aspect ratio <= 2, so a ball of radius ~ rho^h fits
+in every depth-h cell as Assumption A4 needs, while a random split dimension can make arbitrarily
+thin cells; it also needs no seed. In one dimension the two rules give the same dyadic tree.
+Server and players must use the same ``k``, ``split`` and ``seed`` (C-13).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedxab.algorithms.base import check_reward
+from fedxab.algorithms.partition import Partition
+from fedxab.algorithms.pne import children
+from fedxab.algorithms.protocol import (
+    Evaluate,
+    Finished,
+    check_kind,
+    wire_array,
+    wire_bool,
+    wire_int,
+)
+from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
+from fedxab.validation import check_positive, check_positive_int
+
+__all__ = [
+    "LevelRecord",
+    "ParallelBroadcast",
+    "ParallelClient",
+    "ParallelReport",
+    "ParallelServer",
+    "pulls_per_node",
+]
+
+
+def pulls_per_node(
+    depth: int, n_nodes: int, *, n_players: int, nu: float, rho: float, delta: float
+) -> int:
+    """``T_h``: how many times each player pulls each node of ``S_h`` (spec §3.3, C-1).
+
+    ``ceil(log(pi^2 (h+1)^2 |S_h| / (3 delta)) / (2 (nu rho^h)^2 m))``, at least 1.
+    """
+    log_term = math.log(math.pi**2 * (depth + 1) ** 2 * n_nodes / (3.0 * delta))
+    return max(1, math.ceil(log_term / (2.0 * (nu * rho**depth) ** 2 * n_players)))
+
+
+# ------------------------------------------------------------------------------------ messages
+@dataclass(frozen=True)
+class ParallelBroadcast:
+    """Coordinator -> players: the level ``(depth, S_h)`` and the pulls per node ``T_h``.
+
+    One phase per level, so ``depth == phase - 1`` always.
+    """
+
+    phase: int
+    depth: int
+    nodes: np.ndarray  # int64 indices i of the nodes of S_h, increasing
+    pulls_per_node: int
+
+    kind = "parallel.broadcast"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "depth": self.depth,
+            "nodes": self.nodes,
+            "pulls_per_node": self.pulls_per_node,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ParallelBroadcast:
+        check_kind(data, cls.kind)
+        phase = wire_int(data, "phase", 1)
+        depth = wire_int(data, "depth")
+        if depth != phase - 1:
+            raise ProtocolError(
+                f"field 'depth' must be phase - 1 = {phase - 1} (one level per phase), got {depth}"
+            )
+        nodes = wire_array(data, "nodes", "i")
+        if nodes.size == 0 or nodes.min() < 1 or np.any(np.diff(nodes) <= 0):
+            raise ProtocolError("field 'nodes' must be a non-empty increasing list of indices >= 1")
+        return cls(
+            phase=phase,
+            depth=depth,
+            nodes=nodes,
+            pulls_per_node=wire_int(data, "pulls_per_node", 1),
+        )
+
+
+@dataclass(frozen=True)
+class ParallelReport:
+    """Player -> coordinator: its local mean of every node of ``S_h`` (``T_h`` pulls each), or
+    ``complete=False`` (no values) when its budget ran out during the level."""
+
+    phase: int
+    client: int
+    complete: bool
+    means: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    kind = "parallel.report"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "client": self.client,
+            "complete": self.complete,
+            "means": self.means,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ParallelReport:
+        check_kind(data, cls.kind)
+        complete = wire_bool(data, "complete")
+        means = wire_array(data, "means", "f")
+        if complete and means.size == 0:
+            raise ProtocolError("field 'means' is empty in a complete report")
+        if not complete and means.size:
+            raise ProtocolError("field 'means' must be empty in an incomplete report")
+        return cls(
+            phase=wire_int(data, "phase", 1),
+            client=wire_int(data, "client"),
+            complete=complete,
+            means=means,
+        )
+
+
+@dataclass(frozen=True)
+class LevelRecord:
+    """One completed level (= one communication round): what the coordinator learnt.
+
+    ``evaluations`` is the cumulative number of evaluations of each player once this level is
+    done; ``threshold`` is ``max mu_h - 3 nu rho^h``; ``expanded[j]`` says whether node
+    ``nodes[j]`` passed it (its children form ``S_{h+1}``).
+    """
+
+    phase: int
+    depth: int
+    nodes: np.ndarray
+    pulls_per_node: int
+    evaluations: int
+    means: np.ndarray
+    best: int  # node index i of the argmax (smallest i on ties)
+    threshold: float
+    expanded: np.ndarray
+    reports: int
+
+    @property
+    def size(self) -> int:
+        """``|S_h|``."""
+        return len(self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-typed copy for results files."""
+        return {
+            "phase": self.phase,
+            "depth": self.depth,
+            "size": self.size,
+            "nodes": self.nodes.tolist(),
+            "pulls_per_node": self.pulls_per_node,
+            "evaluations": self.evaluations,
+            "means": self.means.tolist(),
+            "best": self.best,
+            "best_mean": float(self.means.max()),
+            "threshold": self.threshold,
+            "expanded": int(self.expanded.sum()),
+            "reports": self.reports,
+        }
+
+
+# ----------------------------------------------------------------------------------- server
+class ParallelServer:
+    """The coordinator of spec §3.4 ("equivalent coordinator formulation")."""
+
+    def __init__(
+        self,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        n_clients: int,
+        budget: int,
+        nu: float = 1.0,
+        rho: float = 0.5,
+        delta: float | None = None,
+        k: int = 2,
+        split: str = "longest",
+        seed: int = 0,
+    ) -> None:
+        self.n_clients = check_positive_int("federation.clients", n_clients)
+        self.budget = check_positive_int("run.budget", budget)
+        self.nu = check_positive("algorithm.nu", nu)
+        self.rho = check_positive("algorithm.rho", rho, upper=1.0)
+        if delta is None:
+            delta = 1.0 / budget  # theory's choice (spec §3.2)
+        self.delta = check_positive("algorithm.delta", delta)
+        if self.delta > 1.0:
+            raise ConfigError("algorithm.delta", f"must be in (0, 1], got {delta!r}")
+        self.partition = Partition(domain, k=k, split=split, seed=seed)
+        self.k = k
+        self.phase = 0
+        self.depth = 0
+        self.active = np.array([1], dtype=np.int64)  # S_h
+        self.used = 0  # evaluations per player in completed levels
+        self.history: list[LevelRecord] = []
+        self._current: ParallelBroadcast | None = None
+        self._reports: dict[int, ParallelReport] = {}
+        self._finished: Finished | None = None
+
+    def pulls_per_node(self, depth: int, n_nodes: int) -> int:
+        """``T_h`` for this run's ``m, nu, rho, delta``."""
+        return pulls_per_node(
+            depth, n_nodes, n_players=self.n_clients, nu=self.nu, rho=self.rho, delta=self.delta
+        )
+
+    def start(self) -> ParallelBroadcast:
+        """The broadcast of level 0 (the root, ``T_0`` pulls per player)."""
+        if self.phase != 0:
+            raise ProtocolError("start() called twice")
+        return self._next_level()
+
+    def _next_level(self) -> ParallelBroadcast:
+        self.phase += 1
+        t_h = self.pulls_per_node(self.depth, len(self.active))
+        self._current = ParallelBroadcast(self.phase, self.depth, self.active, t_h)
+        self._reports = {}
+        return self._current
+
+    @property
+    def phase_length(self) -> int:
+        """Evaluations per player for the current level: ``|S_h| T_h``."""
+        if self._current is None:
+            raise ProtocolError("no phase is open")
+        return len(self._current.nodes) * self._current.pulls_per_node
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the budget ends inside the current level (which is then discarded)."""
+        return self.used + self.phase_length > self.budget
+
+    def receive(self, client: int, report: ParallelReport) -> bool:
+        """Record a player's report; ``False`` if it is a duplicate (same client and phase)."""
+        if self._current is None or self._finished is not None:
+            raise ProtocolError("no phase is open")
+        if not isinstance(report, ParallelReport):
+            raise ProtocolError(f"expected a {ParallelReport.kind!r}, got {type(report).__name__}")
+        if not 0 <= client < self.n_clients or report.client != client:
+            raise ProtocolError(
+                f"report from client {report.client} received as client {client}; "
+                f"expected an id in 0..{self.n_clients - 1}"
+            )
+        if report.phase != self.phase:
+            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
+        if client in self._reports:
+            return False
+        if report.complete:
+            if self.truncated:
+                raise ProtocolError("a complete report for a level that exceeds the budget")
+            if report.means.shape != (len(self.active),):
+                raise ProtocolError(
+                    f"field 'means' must hold {len(self.active)} values, got {report.means.shape}"
+                )
+            if not np.all(np.isfinite(report.means)):
+                raise ProtocolError("field 'means' holds NaN or infinite values")
+        elif not self.truncated:
+            raise ProtocolError("an incomplete report for a level that fits the budget")
+        self._reports[client] = report
+        return True
+
+    def ready(self) -> bool:
+        """The level barrier (C-12): every player has reported."""
+        return len(self._reports) == self.n_clients
+
+    @property
+    def reported(self) -> int:
+        return len(self._reports)
+
+    def close_phase(self) -> ParallelBroadcast | Finished:
+        """Aggregate the level and broadcast the next one, or finish.
+
+        Aggregating fewer than m reports (a quorum) is allowed and recorded in
+        :attr:`LevelRecord.reports`, but Lemma 1's confidence then no longer holds: ``T_h`` was
+        sized for m players.
+        """
+        if self._finished is not None:
+            return self._finished
+        if self._current is None or not self._reports:
+            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        if self.truncated:  # the partial level is discarded (spec §3.7)
+            return self._finish()
+        order = sorted(self._reports)  # fixed client order (C-13)
+        means = np.mean(np.stack([self._reports[j].means for j in order]), axis=0)
+        best = int(np.argmax(means))  # first argmax = smallest node index
+        threshold = float(means[best] - 3.0 * self.nu * self.rho**self.depth)
+        expanded = means >= threshold  # the argmax always passes
+        self.used += self.phase_length
+        for arr in (means, expanded):
+            arr.setflags(write=False)
+        self.history.append(
+            LevelRecord(
+                phase=self.phase,
+                depth=self.depth,
+                nodes=self.active,
+                pulls_per_node=self._current.pulls_per_node,
+                evaluations=self.used,
+                means=means,
+                best=int(self.active[best]),
+                threshold=threshold,
+                expanded=expanded,
+                reports=len(order),
+            )
+        )
+        if self.used >= self.budget:
+            return self._finish()
+        self.active = children(self.active[expanded], self.k)
+        self.active.setflags(write=False)
+        self.depth += 1
+        return self._next_level()
+
+    def _finish(self) -> Finished:
+        self._finished = Finished(self.phase, self.recommend())
+        return self._finished
+
+    @property
+    def finished(self) -> bool:
+        return self._finished is not None
+
+    @property
+    def rounds(self) -> int:
+        """Communication rounds so far: one per completed level (C-4)."""
+        return len(self.history)
+
+    @property
+    def deepest(self) -> int | None:
+        """``h_max``: the deepest completed level, ``None`` if none completed."""
+        return self.history[-1].depth if self.history else None
+
+    def recommended_node(self) -> tuple[int, int]:
+        """``(h_max, argmax i)`` of the deepest completed level, the root ``(0, 1)`` if none."""
+        if not self.history:
+            return 0, 1
+        last = self.history[-1]
+        return last.depth, last.best
+
+    def recommend(self) -> np.ndarray:
+        """``x(n)``: the centre of :meth:`recommended_node` (anytime; never changes state)."""
+        lower, upper = self.partition.cell(*self.recommended_node())
+        return (lower + upper) / 2.0
+
+    def trace(self) -> list[dict[str, Any]]:
+        """The per-level trace as plain dicts (``depth``, ``size`` = ``|S_h|``,
+        ``pulls_per_node`` = ``T_h``, cumulative ``evaluations``, ``means``, ``best``, ...)."""
+        return [rec.to_dict() for rec in self.history]
+
+
+# ----------------------------------------------------------------------------------- client
+class ParallelClient:
+    """A player: pulls every node it is sent ``T_h`` times and reports its local means."""
+
+    def __init__(
+        self,
+        client_id: int,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        budget: int,
+        k: int = 2,
+        split: str = "longest",
+        seed: int = 0,
+        partition: Partition | None = None,
+    ) -> None:
+        if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
+            raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
+        self.client_id = client_id
+        self.budget = check_positive_int("run.budget", budget)
+        self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
+        self.used = 0
+        self._last: tuple[int, ParallelReport] | None = None
+
+    def points(self, depth: int, nodes: np.ndarray) -> np.ndarray:
+        """Representative points (cell centres) of nodes ``(depth, i)``, shape (len(nodes), d)."""
+        cells = [self.partition.cell(depth, int(i)) for i in nodes]
+        return np.array([(lo + up) / 2.0 for lo, up in cells])
+
+    def answer(self, broadcast: ParallelBroadcast, evaluate: Evaluate) -> ParallelReport:
+        """Pull every node ``T_h`` times (one batch, increasing index), report the local means.
+
+        A redelivered broadcast gets the same report back without pulling again; a broadcast
+        older than the last one answered is rejected.
+        """
+        if self._last is not None:
+            if self._last[0] == broadcast.phase:
+                return self._last[1]
+            if broadcast.phase < self._last[0]:
+                raise ProtocolError(
+                    f"stale broadcast for phase {broadcast.phase}; "
+                    f"phase {self._last[0]} was already answered"
+                )
+        nodes = broadcast.nodes
+        if len(nodes) and int(nodes.max()) > self.partition.k**broadcast.depth:
+            raise ProtocolError(
+                f"node index {int(nodes.max())} does not exist at depth {broadcast.depth}"
+            )
+        t_h = broadcast.pulls_per_node
+        n_nodes = len(nodes)
+        n_pulls = min(self.budget - self.used, n_nodes * t_h)
+        X = np.repeat(self.points(broadcast.depth, nodes), t_h, axis=0)[:n_pulls]
+        rewards = np.asarray(evaluate(X), dtype=float).reshape(-1) if n_pulls else np.empty(0)
+        if rewards.shape != (n_pulls,):
+            raise InvalidRewardError(
+                f"evaluate() returned {rewards.shape[0]} rewards for {n_pulls} points"
+            )
+        if not np.all(np.isfinite(rewards)):
+            bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
+            check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
+        self.used += n_pulls
+        if n_pulls == n_nodes * t_h:
+            means = rewards.reshape(n_nodes, t_h).mean(axis=1)
+            report = ParallelReport(broadcast.phase, self.client_id, True, means)
+        else:
+            report = ParallelReport(broadcast.phase, self.client_id, False)
+        self._last = (broadcast.phase, report)
+        return report
