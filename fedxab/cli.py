@@ -1,7 +1,10 @@
 """The ``fedxab`` command.
 
-``fedxab run [CONFIG.toml]`` runs a job (the built-in default without a config) with a progress
-bar and prints a summary table; ``fedxab plot RESULTS.json ... -o regret.png`` draws regret curves.
+``fedxab run [CONFIG.toml]`` runs a job (the built-in default without a config: Fed-PNE with 10
+clients on Garland) with a progress bar and prints a summary table; single-agent algorithms run
+through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.federation`
+(chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
+curves.
 
 Every :class:`~fedxab.errors.FedxabError` (bad config, bad results file, ...) is printed as a
 single red line ``error: <message>`` and the command exits with status 2; no traceback.
@@ -52,6 +55,7 @@ app = typer.Typer(
 class MetricChoice(enum.StrEnum):
     cumulative_regret = "cumulative_regret"
     average_regret = "average_regret"
+    local_cumulative_regret = "local_cumulative_regret"
 
 
 def _console(stderr: bool = False) -> Console:
@@ -117,6 +121,12 @@ def _fmt_point(x: np.ndarray, limit: int = 4) -> str:
 
 
 def _summary_table(results) -> Table:
+    """Per run and mean/std: evaluations, regrets, recommendation, wall time.
+
+    Federated runs show the local cumulative regret instead of the average regret (which is
+    the cumulative regret divided by T); their communication has its own table.
+    """
+    federated = any(r.communication is not None for r in results.runs)
     table = Table(
         title=f"{results.algorithm} on {results.objective.get('name')}"
         f" (f* = {_fmt(results.objective.get('optimum_value'), 6)})",
@@ -125,16 +135,24 @@ def _summary_table(results) -> Table:
     table.add_column("seed", justify="right")
     table.add_column("evals", justify="right")
     table.add_column("cum. regret", justify="right")
-    table.add_column("avg regret", justify="right")
+    if federated:
+        table.add_column("local cum. regret", justify="right")
+    else:
+        table.add_column("avg regret", justify="right")
     table.add_column("simple regret", justify="right")
     table.add_column("recommendation")
     table.add_column("time (s)", justify="right")
     for r in results.runs:
+        second = (
+            _fmt(r.final_local_cumulative_regret, 3)
+            if federated
+            else _fmt(r.final_average_regret, 5)
+        )
         table.add_row(
             str(r.seed),
             f"{r.evaluations:,}",
             _fmt(r.final_cumulative_regret, 3),
-            _fmt(r.final_average_regret, 5),
+            second,
             _fmt(r.simple_regret, 5),
             _fmt_point(r.recommendation),
             f"{r.wall_time_s:.2f}",
@@ -143,16 +161,43 @@ def _summary_table(results) -> Table:
         s = results.summary
         table.add_section()
         for stat in ("mean", "std"):
+            if federated:
+                second = _fmt((s.get("local_cumulative_regret") or {}).get(stat), 3)
+            else:
+                second = _fmt(s["average_regret"][stat], 5)
             table.add_row(
                 stat,
                 "",
                 _fmt(s["cumulative_regret"][stat], 3),
-                _fmt(s["average_regret"][stat], 5),
+                second,
                 _fmt(s["simple_regret"][stat], 5),
                 "",
                 "",
                 style="bold" if stat == "mean" else None,
             )
+    return table
+
+
+def _communication_table(results) -> Table | None:
+    """Per federated run and mean: phases (communication rounds), messages and bytes."""
+    runs = [r for r in results.runs if r.communication is not None]
+    if not runs:
+        return None
+    clients = runs[0].communication.get("clients")
+    title = "communication" + (f" ({clients:,} clients)" if isinstance(clients, int) else "")
+    table = Table(title=title, title_justify="left")
+    table.add_column("seed", justify="right")
+    table.add_column("phases", justify="right")
+    for name in ("messages up", "messages down", "bytes up", "bytes down"):
+        table.add_column(name, justify="right")
+    keys = ("rounds", "messages_up", "messages_down", "bytes_up", "bytes_down")
+    for r in runs:
+        c = r.communication
+        table.add_row(str(r.seed), *(f"{c[k]:,}" for k in keys))
+    comm = results.communication
+    if len(runs) > 1 and comm:
+        table.add_section()
+        table.add_row("mean", *(f"{comm[k]:,.1f}" for k in keys), style="bold")
     return table
 
 
@@ -162,7 +207,7 @@ def run(
         Path | None,
         typer.Argument(
             help="TOML run configuration; without it the built-in default job runs "
-            "(HCT on Garland, budget 20000, 3 seeds).",
+            "(Fed-PNE, 10 clients on Garland, budget 10000 per client, 3 seeds).",
             show_default=False,
         ),
     ] = None,
@@ -188,6 +233,7 @@ def run(
     ] = False,
 ) -> None:
     """Run a job and write DIR/results.json."""
+    from fedxab.agents.federation import run_federated_config
     from fedxab.agents.local import run_config
     from fedxab.config import default_config, load_config
     from fedxab.results import write_results
@@ -202,10 +248,18 @@ def run(
             output=None if output is None else str(output),
         )
         source = "built-in default" if config is None else str(config)
+        fed = cfg.federation
         if not quiet:
+            who = (
+                ""
+                if fed is None
+                else f"{fed.clients:,} clients ({escape(fed.heterogeneity)} heterogeneity), "
+            )
+            per = "" if fed is None else " per client"
             console.print(
                 f"[bold]fedxab run[/bold]: {escape(cfg.algorithm.name)} on "
-                f"{escape(cfg.objective.name)} ({escape(source)}), budget {cfg.run.budget:,}, "
+                f"{escape(cfg.objective.name)} ({escape(source)}), {who}"
+                f"budget {cfg.run.budget:,}{per}, "
                 f"{cfg.run.repeats} run(s) from seed {cfg.run.seed}",
                 soft_wrap=True,
             )
@@ -213,7 +267,7 @@ def run(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("evals"),
+            TextColumn("evals" if fed is None else "rounds"),
             TextColumn("cumulative regret {task.fields[regret]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
@@ -234,11 +288,15 @@ def run(
         def on_progress(done: int, total: int, cum: float) -> None:
             progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
 
+        runner = run_config if fed is None else run_federated_config
         with progress:
-            results = run_config(cfg, on_progress, on_run_start=on_run_start)
+            results = runner(cfg, on_progress, on_run_start=on_run_start)
         path = write_results(results, cfg.output_dir)
         if not quiet:
             console.print(_summary_table(results))
+            comm_table = _communication_table(results)
+            if comm_table is not None:
+                console.print(comm_table)
         console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
@@ -251,7 +309,11 @@ def plot(
         Path, typer.Option("--output", "-o", help="Image file to write (.png, .pdf, .svg).")
     ] = Path("regret.png"),
     metric: Annotated[
-        MetricChoice, typer.Option(help="Which regret to plot against the round number.")
+        MetricChoice,
+        typer.Option(
+            help="Which regret to plot against the round number (local_cumulative_regret: "
+            "federated runs, mean over clients of their own regret)."
+        ),
     ] = MetricChoice.cumulative_regret,
     title: Annotated[str | None, typer.Option(help="Figure title.", show_default=False)] = None,
 ) -> None:

@@ -20,15 +20,28 @@ A configuration has one section per concern. Today these are::
     name = "hct"           # see fedxab.algorithms.registry
     # ... any further key is a parameter of the algorithm
 
+    [federation]           # federated algorithms only (e.g. name = "fedpne")
+    clients = 10           # int >= 1: the number of clients M
+    heterogeneity = "offset"   # "offset" (f_m = f + xi_m), "shift" (f_m(x) = f(x - s_m)), "none"
+    # heterogeneity_scale = 1.0  # sd of xi_m ("offset", default 1) or of s_m ("shift", default
+    #                            # 0.05 x each coordinate range)
+
 Validation happens at the boundary, in the scikit-learn spirit: every bad value raises a
 :class:`~fedxab.errors.ConfigError` whose ``field`` is the dotted key (``run.budget``,
 ``algorithm.name``, ...) and whose message says what was given and what is allowed. Objective and
 algorithm names and parameters are checked by building the objects once through their registries,
 so a config that loads is a config that runs.
 
-Adding a section later (federation, privacy, broker, monitoring) means writing one frozen dataclass
+Adding a section later (privacy, broker, monitoring) means writing one frozen dataclass
 deriving from :class:`Section` (fields with defaults; range checks in ``_check``) and adding one
 field to :class:`Config`; parsing, unknown-key and type errors, and ``to_dict`` come for free.
+A section that only some algorithms take (``[federation]``) is an optional field (``None`` when
+absent) listed in ``_OPTIONAL_SECTIONS``.
+
+The algorithm's name decides the kind of run: a federated algorithm
+(:data:`fedxab.algorithms.registry.FEDERATED`) always has a ``[federation]`` section (its
+defaults if the file has none); a single-agent algorithm with a ``[federation]`` section is an
+error naming ``federation``.
 """
 
 from __future__ import annotations
@@ -43,7 +56,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
-from fedxab.algorithms.registry import make_optimizer
+from fedxab.algorithms.registry import FEDERATED, is_federated, make_federation, make_optimizer
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
@@ -51,6 +64,7 @@ from fedxab.objectives.registry import make_objective
 __all__ = [
     "AlgorithmConfig",
     "Config",
+    "FederationConfig",
     "NoiseConfig",
     "ObjectiveConfig",
     "RunConfig",
@@ -72,8 +86,16 @@ def _describe(value: object) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def _coerce(field: str, value: object, expected: type) -> object:
-    """Check ``value`` against a scalar field type; ints are accepted where floats are expected."""
+def _coerce(field: str, value: object, expected: Any) -> object:
+    """Check ``value`` against a scalar field type; ints are accepted where floats are expected.
+
+    ``X | None`` accepts ``None`` or a value of type ``X``.
+    """
+    args = typing.get_args(expected)
+    if type(None) in args:
+        if value is None:
+            return None
+        (expected,) = [a for a in args if a is not type(None)]
     if expected is bool:
         ok = isinstance(value, bool)
     elif expected is int:
@@ -175,7 +197,12 @@ class Section:
         return cls(**table)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Plain data; optional fields that are ``None`` are left out (TOML has no null)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,21 +335,102 @@ class AlgorithmConfig:
         return {"name": self.name, **_plain(self.params)}
 
 
+HETEROGENEITY = ("offset", "shift", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class FederationConfig(Section):
+    """``[federation]``: the clients of a federated run and how their objectives differ.
+
+    ``heterogeneity`` builds the client family from the ``[objective]`` (spec-fedpne-pfpne §7.2,
+    §8.2; :mod:`fedxab.objectives.families`):
+
+    - ``"offset"``: ``f_m = f + xi_m``, ``xi_m ~ N(0, scale^2)`` (Fed-PNE's experiments; scale
+      default 1); the global objective is ``f``;
+    - ``"shift"``: ``f_m(x) = f(clip(x - s_m))``, ``s_m ~ N(0, scale^2 I)`` (PF-PNE's; scale
+      default 0.05 x each coordinate range); the global objective is the clients' average;
+    - ``"none"``: every client has ``f`` itself.
+    """
+
+    SECTION: ClassVar[str] = "federation"
+
+    clients: int = 10
+    """The number of clients M."""
+    heterogeneity: str = "offset"
+    """How the client objectives differ: "offset", "shift" or "none"."""
+    heterogeneity_scale: float | None = None
+    """Standard deviation of the offsets (or of the shifts, in input units); None = default."""
+
+    def _check(self) -> None:
+        if self.clients < 1:
+            raise ConfigError(
+                "federation.clients", f"must be an integer >= 1 (clients), got {self.clients}"
+            )
+        if self.heterogeneity not in HETEROGENEITY:
+            raise ConfigError(
+                "federation.heterogeneity",
+                f"unknown value {self.heterogeneity!r}; allowed: {', '.join(HETEROGENEITY)}",
+            )
+        scale = self.heterogeneity_scale
+        if scale is not None:
+            if scale < 0:
+                raise ConfigError(
+                    "federation.heterogeneity_scale", f"must be a number >= 0, got {scale}"
+                )
+            if self.heterogeneity == "none":
+                raise ConfigError(
+                    "federation.heterogeneity_scale",
+                    'has no effect with heterogeneity = "none"; remove it or choose '
+                    '"offset" or "shift"',
+                )
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A whole run configuration; one field per TOML section.
 
     Every field must have a ``default_factory`` that is the section's class (a class with
-    ``from_table`` and ``to_dict``): the list of allowed sections is read from these fields.
+    ``from_table`` and ``to_dict``), or, for an optional section, default to ``None`` and be
+    listed in ``_OPTIONAL_SECTIONS``: the list of allowed sections is read from these fields.
     """
 
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
     algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+    federation: FederationConfig | None = None
+    """Present (defaults if not given) for federated algorithms, None for single-agent ones."""
+
+    def __post_init__(self) -> None:
+        if is_federated(self.algorithm.name):
+            if self.federation is None:
+                object.__setattr__(self, "federation", FederationConfig())
+            elif not isinstance(self.federation, FederationConfig):
+                raise ConfigError(
+                    "federation", f"expected a FederationConfig, got {self.federation!r}"
+                )
+        elif self.federation is not None:
+            raise ConfigError(
+                "federation",
+                f"algorithm {self.algorithm.name!r} runs a single agent and takes no "
+                f"[federation] section; remove it, or choose a federated algorithm "
+                f"({', '.join(sorted(FEDERATED))})",
+            )
+
+    @property
+    def is_federated(self) -> bool:
+        """Whether the algorithm is federated (a server and ``federation.clients`` clients)."""
+        return self.federation is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (dicts, lists, scalars) that :func:`config_from_dict` turns back into self."""
-        return {f.name: getattr(self, f.name).to_dict() for f in dataclasses.fields(self)}
+        """Plain data (dicts, lists, scalars) that :func:`config_from_dict` turns back into self.
+
+        Absent optional sections (``federation`` of a single-agent run) are left out.
+        """
+        return {
+            f.name: getattr(self, f.name).to_dict()
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
 
     def with_run(self, **changes: Any) -> Config:
         """A copy with ``[run]`` keys replaced (``None`` values are ignored), re-validated.
@@ -339,8 +447,17 @@ class Config:
         return Path(self.run.output)
 
 
+_OPTIONAL_SECTIONS: dict[str, Any] = {"federation": FederationConfig}
+"""Sections that default to None (absent): name -> section class."""
+
+
 def _sections() -> dict[str, Any]:
-    return {f.name: f.default_factory for f in dataclasses.fields(Config)}
+    return {
+        f.name: _OPTIONAL_SECTIONS[f.name]
+        if f.default_factory is dataclasses.MISSING
+        else f.default_factory
+        for f in dataclasses.fields(Config)
+    }
 
 
 def _validate_objects(config: Config) -> None:
@@ -348,6 +465,18 @@ def _validate_objects(config: Config) -> None:
     is reported now (by the registries, with the field name) and not in the middle of a run."""
     objective = make_objective(config.objective.name, **dict(config.objective.params))
     make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
+    if config.federation is not None:
+        # the server and one client (enough to check every parameter; M may be large)
+        make_federation(
+            config.algorithm.name,
+            objective.domain,
+            n_clients=config.federation.clients,
+            budget=config.run.budget,
+            seed=config.run.seed,
+            params=_plain(config.algorithm.params),
+            client_ids=[0],
+        )
+        return
     make_optimizer(
         config.algorithm.name,
         objective.domain,
@@ -374,7 +503,13 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
                 f"unknown section [{key}]; allowed sections: {', '.join(sorted(sections))}",
             )
     parts = {
-        name: (cls.from_table(data[name]) if name in data else cls())
+        name: (
+            cls.from_table(data[name])
+            if name in data
+            else None
+            if name in _OPTIONAL_SECTIONS
+            else cls()
+        )
         for name, cls in sections.items()
     }
     config = Config(**parts)
@@ -414,15 +549,17 @@ def load_config(path: str | Path, *, validate: bool = True) -> Config:
 
 
 def default_config() -> Config:
-    """The built-in job of ``fedxab run`` without a config file.
+    """The built-in job of ``fedxab run`` without a config file (``examples/fedpne_garland.toml``).
 
-    HCT (practical preset: c = 0.1, delta = 0.01) on Garland, budget 20,000, uniform noise in
-    [-0.1, 0.1], 3 runs with seeds 0, 1, 2.
+    Fed-PNE (practical preset: nu = 1, rho = 0.5, c = 0.1, c1 = 1, delta = 1/M) with M = 10
+    clients on Garland with per-client offsets ``xi_m ~ N(0, 1)`` (spec-fedpne-pfpne §7.2),
+    T = 10,000 evaluations per client, uniform noise in [-0.1, 0.1], 3 runs with seeds 0, 1, 2.
     """
     return config_from_dict(
         {
-            "run": {"seed": 0, "repeats": 3, "budget": 20_000, "output": "results"},
+            "run": {"seed": 0, "repeats": 3, "budget": 10_000, "output": "results"},
             "objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": {"name": "hct", "preset": "practical"},
+            "algorithm": {"name": "fedpne", "preset": "practical", "nu": 1.0, "rho": 0.5},
+            "federation": {"clients": 10, "heterogeneity": "offset"},
         }
     )

@@ -13,17 +13,32 @@ Layout (schema ``fedxab.results/1``)::
         {"seed", "rounds": [...],                      # <= ~500 round numbers, last included
          "cumulative_regret": [...],                   # at those rounds, averaged over clients
          "average_regret": [...],                      # cumulative_regret / rounds
-         "recommendation": [...], "simple_regret", "evaluations", "wall_time_s"}
+         "recommendation": [...], "simple_regret", "evaluations", "wall_time_s",
+         # federated runs only:
+         "local_cumulative_regret": [...],             # on the same rounds ([PF] local regret)
+         "communication": {"clients", "rounds", "messages_up", "messages_down",
+                           "bytes_up", "bytes_down", "per_phase": [{...}, ...]}}
       ],
       "summary": {"runs": n, "cumulative_regret": {"mean", "std"},
-                  "average_regret": {"mean", "std"}, "simple_regret": {"mean", "std"}},
-      "communication": null,                           # filled by the federated issues
+                  "average_regret": {"mean", "std"}, "simple_regret": {"mean", "std"},
+                  "local_cumulative_regret": {"mean", "std"}},   # federated runs only
+      "communication": null,                           # federated: mean over runs (below)
       "privacy": null                                  # filled by the privacy issue
     }
 
 Regret values are ``null`` when the objective's optimum is unknown. Summary statistics are over
 runs, at the final round; ``std`` is the population standard deviation (``ddof = 0``), so a
 single run has std 0.
+
+Federated runs (spec-fedpne-pfpne §1.2, §4.4): ``cumulative_regret`` is the global regret
+averaged over clients, ``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))`` ([FX]'s plotted quantity),
+``local_cumulative_regret`` the local one, ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))``
+([PF]'s), both against the per-client round t. ``evaluations`` counts all clients' evaluations.
+A run's ``communication`` counts phases (one communication round each), messages and encoded
+bytes up (clients -> server) and down (server -> clients), in total and per phase; the top-level
+``communication`` holds ``clients`` and the mean over runs of ``rounds``, ``messages_up``,
+``messages_down``, ``bytes_up`` and ``bytes_down``. These fields were added to schema 1 as
+optional keys: single-agent files are unchanged and older files still load.
 """
 
 from __future__ import annotations
@@ -45,6 +60,7 @@ import numpy as np
 from fedxab.errors import FedxabError
 
 __all__ = [
+    "COMMUNICATION_COUNTERS",
     "RESULTS_FILENAME",
     "SCHEMA",
     "ResultsError",
@@ -52,6 +68,7 @@ __all__ = [
     "RunResults",
     "load_results",
     "summarize",
+    "summarize_communication",
     "write_results",
 ]
 
@@ -90,6 +107,8 @@ class RunRecord:
 
     ``cumulative_regret[k]`` is the cumulative regret after round ``rounds[k]`` (averaged over
     clients in the federated case), or ``None`` when the optimum is unknown.
+    ``local_cumulative_regret`` (federated runs) is the local regret on the same rounds, and
+    ``communication`` the run's message and byte counts (see the module docstring).
     """
 
     seed: int
@@ -99,6 +118,8 @@ class RunRecord:
     simple_regret: float | None
     evaluations: int
     wall_time_s: float
+    local_cumulative_regret: np.ndarray | None = None
+    communication: Mapping[str, Any] | None = None
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -116,8 +137,17 @@ class RunRecord:
         avg = self.average_regret
         return None if avg is None else float(avg[-1])
 
+    @property
+    def final_local_cumulative_regret(self) -> float | None:
+        local = self.local_cumulative_regret
+        return None if local is None else float(local[-1])
+
+    @property
+    def is_federated(self) -> bool:
+        return self.communication is not None
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "seed": int(self.seed),
             "rounds": [int(r) for r in self.rounds],
             "cumulative_regret": _list_or_none(self.cumulative_regret),
@@ -127,6 +157,11 @@ class RunRecord:
             "evaluations": int(self.evaluations),
             "wall_time_s": float(self.wall_time_s),
         }
+        if self.local_cumulative_regret is not None or self.communication is not None:
+            d["local_cumulative_regret"] = _list_or_none(self.local_cumulative_regret)
+        if self.communication is not None:
+            d["communication"] = _plain_json(self.communication)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "run") -> RunRecord:
@@ -141,6 +176,8 @@ class RunRecord:
             cum = None if cum_raw is None else np.asarray(cum_raw, dtype=np.float64)
             rec = np.asarray(need("recommendation"), dtype=np.float64)
             simple = need("simple_regret")
+            local_raw = d.get("local_cumulative_regret")
+            local = None if local_raw is None else np.asarray(local_raw, dtype=np.float64)
             record = cls(
                 seed=int(need("seed")),
                 rounds=rounds,
@@ -149,6 +186,8 @@ class RunRecord:
                 simple_regret=None if simple is None else float(simple),
                 evaluations=int(need("evaluations")),
                 wall_time_s=float(need("wall_time_s")),
+                local_cumulative_regret=local,
+                communication=_check_communication(d.get("communication"), where),
             )
         except ResultsError:
             raise
@@ -158,11 +197,47 @@ class RunRecord:
             raise ResultsError(f"{where}: 'rounds' must be a non-empty list of round numbers")
         if np.any(rounds < 1) or np.any(np.diff(rounds) <= 0):
             raise ResultsError(f"{where}: 'rounds' must be increasing round numbers >= 1")
-        if cum is not None and cum.shape != rounds.shape:
-            raise ResultsError(
-                f"{where}: 'cumulative_regret' has {cum.size} values for {rounds.size} rounds"
-            )
+        for key, curve in (("cumulative_regret", cum), ("local_cumulative_regret", local)):
+            if curve is not None and curve.shape != rounds.shape:
+                raise ResultsError(
+                    f"{where}: {key!r} has {curve.size} values for {rounds.size} rounds"
+                )
         return record
+
+
+COMMUNICATION_COUNTERS = ("rounds", "messages_up", "messages_down", "bytes_up", "bytes_down")
+"""The totals of a run's ``communication`` block (all integers >= 0)."""
+
+
+def _plain_json(value: Any) -> Any:
+    """``value`` as JSON-ready dicts, lists and Python scalars (numpy scalars converted)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain_json(v) for v in value]
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _check_communication(value: Any, where: str) -> Mapping[str, Any] | None:
+    """A run's ``communication`` block, checked: None, or counters >= 0 and a per-phase list."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ResultsError(f"{where}: 'communication' must be an object")
+    for key in COMMUNICATION_COUNTERS:
+        v = value.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ResultsError(f"{where}: communication.{key} must be an integer >= 0, got {v!r}")
+    per_phase = value.get("per_phase", [])
+    if not isinstance(per_phase, list) or not all(isinstance(p, Mapping) for p in per_phase):
+        raise ResultsError(f"{where}: communication.per_phase must be a list of objects")
+    return value
 
 
 def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
@@ -173,13 +248,31 @@ def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
 
 
 def summarize(runs: Sequence[RunRecord]) -> dict[str, Any]:
-    """Mean and (population) std over runs of the final cumulative, average and simple regret."""
-    return {
+    """Mean and (population) std over runs of the final cumulative, average and simple regret
+    (and, for federated runs, of the final local cumulative regret)."""
+    out: dict[str, Any] = {
         "runs": len(runs),
         "cumulative_regret": _stats([r.final_cumulative_regret for r in runs]),
         "average_regret": _stats([r.final_average_regret for r in runs]),
         "simple_regret": _stats([r.simple_regret for r in runs]),
     }
+    if any(r.is_federated or r.local_cumulative_regret is not None for r in runs):
+        out["local_cumulative_regret"] = _stats([r.final_local_cumulative_regret for r in runs])
+    return out
+
+
+def summarize_communication(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
+    """The top-level ``communication`` block: the number of clients and the mean over runs of
+    each counter of :data:`COMMUNICATION_COUNTERS`; ``None`` if no run communicated."""
+    blocks = [r.communication for r in runs if r.communication is not None]
+    if not blocks:
+        return None
+    out: dict[str, Any] = {"runs": len(blocks)}
+    clients = {b.get("clients") for b in blocks}
+    out["clients"] = clients.pop() if len(clients) == 1 else None
+    for key in COMMUNICATION_COUNTERS:
+        out[key] = float(np.mean([float(b[key]) for b in blocks]))
+    return out
 
 
 def _utc_now() -> str:

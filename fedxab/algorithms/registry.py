@@ -1,27 +1,102 @@
-"""Algorithm names for configs and the CLI, and construction with checked parameters."""
+"""Algorithm names for configs and the CLI, and construction with checked parameters.
+
+Two registries:
+
+- :data:`ALGORITHMS`: single-agent ask/tell optimizers, built by :func:`make_optimizer`;
+- :data:`FEDERATED`: federated algorithms as a ``(server class, client class)`` pair of sans-I/O
+  state machines (:mod:`fedxab.algorithms.protocol`), built by :func:`make_federation`.
+
+Adding a federated algorithm is one line in :data:`FEDERATED`. Its ``[algorithm]`` parameters
+are the keyword parameters of the server and client constructors (minus the run-level ones the
+runner sets: domain, seed, budget, number of clients, client id, a shared partition object), and
+each constructor receives only the parameters it accepts, so that the parameters clients share
+with the server (partition ``k`` and ``split``; the run seed) reach both sides.
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from fedxab.algorithms.base import Optimizer
+from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.hct import HCT
 from fedxab.algorithms.poo import POO
 from fedxab.errors import ConfigError
 
+__all__ = [
+    "ALGORITHMS",
+    "FEDERATED",
+    "algorithm_parameters",
+    "federated_parameters",
+    "is_federated",
+    "make_federation",
+    "make_optimizer",
+]
+
 ALGORITHMS: dict[str, type] = {"hct": HCT, "poo": POO}
+
+FEDERATED: dict[str, tuple[type, type]] = {
+    "fedpne": (FedPNEServer, FedPNEClient),
+}
+"""Federated algorithms: name -> (server class, client class)."""
 
 # Set by the run (config [run] section), not by [algorithm] parameters.
 _RUN_LEVEL = ("domain", "seed", "budget")
+# ... and for federated algorithms also by the runner ([federation] section, client ids).
+_FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition")
+
+
+def _keyword_parameters(cls: type, exclude: Iterable[str]) -> list[str]:
+    skip = set(exclude)
+    return [
+        p.name
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip
+    ]
+
+
+def _all_names() -> str:
+    return (
+        f"single-agent: {', '.join(sorted(ALGORITHMS))}; federated: {', '.join(sorted(FEDERATED))}"
+    )
+
+
+def _unknown(name: str) -> ConfigError:
+    return ConfigError("algorithm.name", f"unknown algorithm {name!r}; allowed: {_all_names()}")
+
+
+def is_federated(name: str) -> bool:
+    """Whether ``name`` is a federated algorithm (server + clients) rather than a single agent."""
+    return name in FEDERATED
 
 
 def algorithm_parameters(name: str) -> list[str]:
-    """The parameters an ``[algorithm]`` config section may set for algorithm ``name``."""
-    sig = inspect.signature(ALGORITHMS[name])
-    return [p for p in sig.parameters if p not in _RUN_LEVEL]
+    """The parameters an ``[algorithm]`` config section may set for single-agent ``name``."""
+    return _keyword_parameters(ALGORITHMS[name], _RUN_LEVEL)
+
+
+def federated_parameters(name: str) -> list[str]:
+    """The parameters an ``[algorithm]`` section may set for federated ``name``.
+
+    The server's parameters, then the client's that the server does not take.
+    """
+    server_cls, client_cls = FEDERATED[name]
+    names = _keyword_parameters(server_cls, _FEDERATED_RUN_LEVEL)
+    names += [p for p in _keyword_parameters(client_cls, _FEDERATED_RUN_LEVEL) if p not in names]
+    return names
+
+
+def _check_params(name: str, params: dict[str, Any], allowed: list[str]) -> None:
+    for key in params:
+        if key not in allowed:
+            raise ConfigError(
+                f"algorithm.{key}",
+                f"not a parameter of {name!r}; allowed: {', '.join(allowed) or 'none'}",
+            )
 
 
 def make_optimizer(
@@ -30,18 +105,64 @@ def make_optimizer(
     """Build the single-agent optimizer ``name`` with ``params`` from a config section."""
     cls = ALGORITHMS.get(name)
     if cls is None:
-        raise ConfigError(
-            "algorithm.name",
-            f"unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGORITHMS))}",
-        )
-    allowed = algorithm_parameters(name)
-    for key in params:
-        if key not in allowed:
+        if name in FEDERATED:
             raise ConfigError(
-                f"algorithm.{key}",
-                f"not a parameter of {name!r}; allowed: {', '.join(allowed)}",
+                "algorithm.name",
+                f"{name!r} is a federated algorithm (server and clients), not a single-agent "
+                "optimizer; build it with make_federation",
             )
+        raise _unknown(name)
+    _check_params(name, params, algorithm_parameters(name))
     try:
         return cls(domain, seed=seed, budget=budget, **params)
     except TypeError as exc:  # e.g. a string where a number is expected
         raise ConfigError(f"algorithm ({name})", str(exc)) from exc
+
+
+def make_federation(
+    name: str,
+    domain: np.ndarray,
+    *,
+    n_clients: int,
+    budget: int,
+    seed: int,
+    params: dict[str, Any],
+    client_ids: Iterable[int] | None = None,
+) -> tuple[Any, list[Any]]:
+    """Build the server and the clients of federated algorithm ``name``.
+
+    ``budget`` is every client's horizon T; ``seed`` the run seed (clients and server derive the
+    same partition from it). ``client_ids`` selects which clients to build (default: all
+    ``0..n_clients-1``; a deployed client process builds only its own). Unknown names and
+    parameters raise :class:`ConfigError` naming ``algorithm.name`` / ``algorithm.<param>`` and
+    listing what is allowed; the constructors' own checks name the offending parameter.
+    """
+    pair = FEDERATED.get(name)
+    if pair is None:
+        if name in ALGORITHMS:
+            raise ConfigError(
+                "algorithm.name",
+                f"{name!r} is a single-agent optimizer, not a federated algorithm; "
+                f"federated: {', '.join(sorted(FEDERATED))}",
+            )
+        raise _unknown(name)
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
+        raise ConfigError("federation.clients", f"must be an integer >= 1, got {n_clients!r}")
+    _check_params(name, params, federated_parameters(name))
+    server_cls, client_cls = pair
+    run_level = {"n_clients": n_clients, "budget": budget, "seed": seed}
+    server_keys = set(_keyword_parameters(server_cls, ()))
+    client_keys = set(_keyword_parameters(client_cls, ()))
+    # Each side gets the run-level values and the parameters its constructor accepts.
+    server_kw = {k: v for k, v in {**run_level, **params}.items() if k in server_keys}
+    client_kw = {k: v for k, v in {**run_level, **params}.items() if k in client_keys}
+    ids = range(n_clients) if client_ids is None else list(client_ids)
+    for m in ids:
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < n_clients:
+            raise ConfigError("client_ids", f"client ids must lie in 0..{n_clients - 1}, got {m!r}")
+    try:
+        server = server_cls(domain, **server_kw)
+        clients = [client_cls(m, domain, **client_kw) for m in ids]
+    except TypeError as exc:  # e.g. a string where a number is expected
+        raise ConfigError(f"algorithm ({name})", str(exc)) from exc
+    return server, clients

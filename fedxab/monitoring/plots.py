@@ -1,7 +1,8 @@
 """Regret plots from results files, in the style of the federated papers' figures.
 
-One curve per results file: the mean over runs (seeds) of the cumulative or average regret
-against the round number, with a shaded band of ±1 standard deviation over runs.
+One curve per results file: the mean over runs (seeds) of the cumulative or average regret (or,
+for federated runs, the local cumulative regret, [PF]'s measure) against the round number, with
+a shaded band of ±1 standard deviation over runs.
 
 Figures are drawn with matplotlib's object API on an Agg canvas (``matplotlib.figure.Figure``),
 never through pyplot, so no display and no global backend state are involved.
@@ -22,10 +23,11 @@ __all__ = ["METRICS", "plot_regret", "regret_band"]
 
 log = logging.getLogger(__name__)
 
-Metric = Literal["cumulative_regret", "average_regret"]
+Metric = Literal["cumulative_regret", "average_regret", "local_cumulative_regret"]
 METRICS: dict[str, str] = {
     "cumulative_regret": "cumulative regret",
     "average_regret": "average regret per round",
+    "local_cumulative_regret": "local cumulative regret (mean over clients)",
 }
 
 
@@ -39,7 +41,15 @@ def regret_band(results: RunResults, metric: str = "cumulative_regret"):
     for i, run in enumerate(results.runs):
         if run.rounds.shape != rounds.shape or np.any(run.rounds != rounds):
             raise ResultsError(f"{where}: runs[{i}] has a different rounds grid from runs[0]")
-        curve = run.cumulative_regret if metric == "cumulative_regret" else run.average_regret
+        if metric == "local_cumulative_regret":
+            curve = run.local_cumulative_regret
+            if curve is None:
+                raise ResultsError(
+                    f"{where}: runs[{i}] has no local_cumulative_regret (only federated runs "
+                    "record it, and only when every client's optimum is known)"
+                )
+        else:
+            curve = run.cumulative_regret if metric == "cumulative_regret" else run.average_regret
         if curve is None:
             raise ResultsError(f"{where}: runs[{i}] has no regret (optimum unknown)")
         curves.append(curve)

@@ -212,16 +212,35 @@ def test_overrides_on_the_command_line(tmp_path):
     assert data["config"]["run"]["budget"] == 300
 
 
-def test_default_job_runs_hct_on_garland_and_prints_a_summary(tmp_path):
+def test_default_job_runs_fedpne_on_garland_and_prints_a_summary(tmp_path):
+    # the built-in default (issue 3): Fed-PNE, 10 clients with offsets, T = 10,000, 3 seeds
     result = _run("run", "--output", str(tmp_path / "default"))
     assert result.exit_code == 0, result.output
     res = load_results(tmp_path / "default" / "results.json")
-    assert res.algorithm == "hct" and res.objective["name"] == "garland"
+    assert res.algorithm == "fedpne" and res.objective["name"] == "garland"
+    assert res.config["federation"] == {"clients": 10, "heterogeneity": "offset"}
     assert [r.seed for r in res.runs] == [0, 1, 2]
-    assert all(r.evaluations == 20_000 for r in res.runs)
-    # the summary table is printed (a row per run, then mean and std rows)
-    assert result.output.count("20,000") >= 3
+    assert all(r.evaluations == 10 * 10_000 for r in res.runs)
+    assert all(r.communication["clients"] == 10 for r in res.runs)
+    assert res.communication["clients"] == 10
+    # the summary table (a row per run, then mean and std rows) and the communication table
+    assert result.output.count("100,000") >= 3
     assert "mean" in result.output and "std" in result.output
+    assert "communication (10 clients)" in result.output and "phases" in result.output
+
+
+def test_plot_of_local_regret_needs_federated_results(tmp_path):
+    assert _run("run", str(_tiny_config(tmp_path))).exit_code == 0
+    result = _run(
+        "plot",
+        str(tmp_path / "tiny" / "results.json"),
+        "-o",
+        str(tmp_path / "x.png"),
+        "--metric",
+        "local_cumulative_regret",
+    )
+    _assert_clean_error(result, "local_cumulative_regret", "federated")
+    assert not (tmp_path / "x.png").exists()
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["plot", "--help"]])

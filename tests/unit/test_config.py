@@ -36,13 +36,16 @@ def _error(data: dict) -> ConfigError:
 # --- defaults and valid input ----------------------------------------------------------------
 
 
-def test_default_config_is_hct_practical_on_garland():
+def test_default_config_is_fedpne_practical_on_garland():
+    # the federated default job (issue 3); its [federation] section: test_federated_config.py
     cfg = default_config()
-    assert cfg.run == RunConfig(seed=0, repeats=3, budget=20_000, output="results")
+    assert cfg.run == RunConfig(seed=0, repeats=3, budget=10_000, output="results")
     assert cfg.run.seeds == [0, 1, 2]
     assert cfg.objective.name == "garland"
     assert cfg.objective.noise == NoiseConfig("uniform", {"half_width": 0.1})
-    assert cfg.algorithm == AlgorithmConfig("hct", {"preset": "practical"})
+    assert cfg.algorithm == AlgorithmConfig(
+        "fedpne", {"preset": "practical", "nu": 1.0, "rho": 0.5}
+    )
 
 
 def test_empty_config_takes_section_defaults():
@@ -208,7 +211,7 @@ def test_unknown_key_lists_allowed_keys():
 def test_unknown_section_lists_allowed_sections():
     err = _error({"extra": {"x": 1}})
     assert err.field == "extra"
-    assert "algorithm, objective, run" in str(err)
+    assert "algorithm, federation, objective, run" in str(err)
 
 
 @pytest.mark.parametrize(
@@ -270,4 +273,4 @@ def test_config_error_is_a_fedxab_error():
 def test_sections_come_from_config_fields():
     # Adding a section is one new dataclass plus one field on Config: check the wiring.
     names = [f.name for f in dataclasses.fields(Config)]
-    assert names == ["run", "objective", "algorithm"]
+    assert names == ["run", "objective", "algorithm", "federation"]

@@ -1,0 +1,380 @@
+"""The in-process federation runner: one server and M clients of a federated algorithm, no broker.
+
+It drives the sans-I/O state machines of :mod:`fedxab.algorithms.protocol` exactly as a
+deployment would, every message going through the wire codec (:mod:`fedxab.broker.codec`)::
+
+    msg = server.start()
+    while msg is not Finished:
+        wire = packb(msg.to_wire())                       # encoded once, sent to all M clients
+        for m in clients:
+            b = type(msg).from_wire(unpackb(wire))        # each client decodes its copy
+            report = client_m.answer(b, evaluate_m)       # pulls f_m, one vectorized batch
+            data = packb(report.to_wire())                # client -> server
+            server.receive(m, type(report).from_wire(unpackb(data)))
+        msg = server.close_phase()
+
+and counts, per phase (= one communication round, spec-fedpne-pfpne §4.4), the messages and
+encoded bytes down (``len(wire) x M``) and up (the sum of the reports' sizes), and the reports
+the server accepted. The final :class:`~fedxab.algorithms.protocol.Finished` carries the
+recommendation and is not counted as a round.
+
+``evaluate_m(X)`` evaluates client m's objective ``f_m`` on the whole batch at once, adds noise
+from the stream ``(seed, "noise", m)`` and records, at the client's next positions
+``t = used_m + 1, ..., used_m + n`` of its budget T, the noise-free regret terms
+``f* - f(x_{m,t})`` (global objective) and ``f_m* - f_m(x_{m,t})`` (its own objective), summed
+over clients per round in two float64 arrays of length T (memory O(T), whatever M). From them
+(spec-fedpne-pfpne §1.2):
+
+- ``cumulative_regret``: ``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))``, [FX]'s plotted quantity;
+- ``local_cumulative_regret``: ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))``, [PF]'s;
+- ``simple_regret``: ``f* - f(x_rec)`` of the recommendation, on the global objective.
+
+The client objectives come from ``[federation] heterogeneity`` (:mod:`fedxab.objectives.families`):
+``"offset"`` (``f_m = f + xi_m``, global ``f``), ``"shift"`` (``f_m(x) = f(clip(x - s_m))``,
+global = their average, whose optimum is computed numerically) or ``"none"``.
+Every client must use exactly its budget T; anything else is an algorithm bug and raises
+:class:`FederationError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedxab import regret as _regret
+from fedxab.agents.local import ProgressCallback, RunStartCallback, objective_info
+from fedxab.algorithms.protocol import Evaluate, Finished
+from fedxab.algorithms.registry import make_federation
+from fedxab.broker.codec import packb, unpackb
+from fedxab.config import Config
+from fedxab.errors import ConfigError, FedxabError
+from fedxab.objectives.base import Objective
+from fedxab.objectives.families import (
+    ClientFamily,
+    OffsetObjective,
+    input_shift_family,
+    value_offset_family,
+)
+from fedxab.objectives.noise import make_noise
+from fedxab.objectives.registry import make_objective
+from fedxab.results import RunRecord, RunResults, summarize_communication
+from fedxab.seeding import stream
+
+__all__ = [
+    "Federation",
+    "FederationError",
+    "PhaseCommunication",
+    "make_family",
+    "run_federated",
+    "run_federated_config",
+]
+
+log = logging.getLogger(__name__)
+
+_PROGRESS_UPDATES = 200
+_MAX_IDLE_PHASES = 1000
+
+
+class FederationError(FedxabError, RuntimeError):
+    """A federated algorithm broke the runner's contract: a client did not use exactly its
+    budget, the phase barrier was not met after every client reported, or the run does not end."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseCommunication:
+    """One phase (one communication round): what travelled, and what the clients evaluated."""
+
+    phase: int
+    depth: int | None
+    """Depth of the phase's nodes, where the broadcast exposes it (``depth``), else None."""
+    messages_up: int
+    messages_down: int
+    bytes_up: int
+    bytes_down: int
+    reports_accepted: int
+    """Reports the server accepted (``receive`` returned True; duplicates are not)."""
+    evaluations: int
+    """Evaluations made by all clients in this phase."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
+    """The M client objectives and the global objective of ``config.federation`` for ``seed``."""
+    fed = config.federation
+    if fed is None:
+        raise ConfigError(
+            "algorithm.name", f"{config.algorithm.name!r} is not a federated algorithm"
+        )
+    if fed.heterogeneity == "offset":
+        scale = 1.0 if fed.heterogeneity_scale is None else fed.heterogeneity_scale
+        return value_offset_family(base, fed.clients, seed, scale)
+    if fed.heterogeneity == "shift":
+        return input_shift_family(base, fed.clients, seed, fed.heterogeneity_scale)
+    return ClientFamily(global_objective=base, clients=(base,) * fed.clients, kind="none")
+
+
+class Federation:
+    """One federated run (one seed), built from a config: server, clients, objectives, noise.
+
+    ``Federation(config, seed).run()`` returns the :class:`~fedxab.results.RunRecord`. The
+    attributes stay available afterwards for inspection: ``server``, ``clients``, ``family``,
+    ``phases`` (one :class:`PhaseCommunication` per phase), ``used`` (evaluations per client)
+    and, with ``keep_points=True``, ``points[m]`` (the points client m evaluated, in order).
+    """
+
+    def __init__(self, config: Config, seed: int, *, keep_points: bool = False) -> None:
+        if config.federation is None:
+            raise ConfigError(
+                "algorithm.name",
+                f"{config.algorithm.name!r} is not a federated algorithm; use "
+                "fedxab.agents.local.run_single",
+            )
+        self.config = config
+        self.seed = seed
+        self.n_clients = config.federation.clients
+        self.budget = config.run.budget
+        self.objective = make_objective(config.objective.name, **dict(config.objective.params))
+        self.noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
+        self.family = make_family(self.objective, config, seed)
+        self.server, self.clients = make_federation(
+            config.algorithm.name,
+            self.objective.domain,
+            n_clients=self.n_clients,
+            budget=self.budget,
+            seed=seed,
+            params={k: v for k, v in config.to_dict()["algorithm"].items() if k != "name"},
+        )
+        self.used = np.zeros(self.n_clients, dtype=np.int64)
+        self.phases: list[PhaseCommunication] = []
+        self.points: list[list[np.ndarray]] | None = (
+            [[] for _ in range(self.n_clients)] if keep_points else None
+        )
+        glob = self.family.global_objective
+        self.f_star = glob.optimum_value
+        local_stars = [c.optimum_value for c in self.family.clients]
+        self.local_f_stars = None if any(v is None for v in local_stars) else local_stars
+        # per round t (index t-1): sum over clients of the regret terms
+        self._global = np.zeros(self.budget) if self.f_star is not None else None
+        self._local = np.zeros(self.budget) if self.local_f_stars is not None else None
+        self._last_x: np.ndarray | None = None
+        self._last_g: np.ndarray | None = None
+        self.recommendation: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ objective evaluation
+    def _global_values(self, X: np.ndarray) -> np.ndarray:
+        """``f(X)``, reusing the last batch's values when a client pulls the same points (the
+        synchronised schedules of the phased algorithms: every client pulls the same nodes)."""
+        last = self._last_x
+        if last is not None and last.shape == X.shape and np.array_equal(last, X):
+            return self._last_g  # type: ignore[return-value]
+        g = self.family.global_objective(X)
+        self._last_x, self._last_g = X.copy(), g
+        return g
+
+    def _local_function(self, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset)."""
+        obj = self.family.clients[m]
+        glob = self.family.global_objective
+        if obj is glob:
+            return lambda X, g: g
+        if isinstance(obj, OffsetObjective) and obj.base is glob:
+            offset = obj.offset
+            return lambda X, g: g + offset
+        return lambda X, g: obj(X)
+
+    def evaluator(self, m: int) -> Evaluate:
+        """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret recorded."""
+        rng = stream(self.seed, "noise", m)
+        local = self._local_function(m)
+        sample = self.noise.sample
+        budget = self.budget
+        used = self.used
+        f_star = self.f_star
+        fm_star = None if self.local_f_stars is None else self.local_f_stars[m]
+        g_sum, l_sum = self._global, self._local
+        points = None if self.points is None else self.points[m]
+
+        def evaluate(X: np.ndarray) -> np.ndarray:
+            X = np.asarray(X, dtype=np.float64)
+            n = X.shape[0]
+            p = int(used[m])
+            if p + n > budget:
+                raise FederationError(
+                    f"client {m} asked for {n} evaluations with {budget - p} left of its "
+                    f"budget T = {budget} (algorithm bug: a client must never exceed T)"
+                )
+            g = self._global_values(X)
+            fm = local(X, g)
+            rewards = fm + sample(fm, rng)
+            if g_sum is not None:
+                g_sum[p : p + n] += f_star - g
+            if l_sum is not None:
+                l_sum[p : p + n] += fm_star - fm
+            if points is not None:
+                points.append(X.copy())
+            used[m] = p + n
+            return rewards
+
+        return evaluate
+
+    # ---------------------------------------------------------------------------- the loop
+    def run(self, progress: ProgressCallback | None = None) -> RunRecord:
+        """Run the federation to its end; the record of regret, answer and communication."""
+        server, clients = self.server, self.clients
+        n_clients, budget = self.n_clients, self.budget
+        evaluators = [self.evaluator(m) for m in range(n_clients)]
+        used = self.used
+        every = max(1, budget // _PROGRESS_UPDATES)
+        next_report = every
+        running, counted = 0.0, 0
+        idle = 0
+
+        t0 = time.perf_counter()
+        msg = server.start()
+        while not isinstance(msg, Finished):
+            wire = packb(msg.to_wire())
+            broadcast_cls = type(msg)
+            before = int(used.sum())
+            bytes_up = accepted = 0
+            for m, client in enumerate(clients):
+                broadcast = broadcast_cls.from_wire(unpackb(wire))
+                report = client.answer(broadcast, evaluators[m])
+                data = packb(report.to_wire())
+                bytes_up += len(data)
+                if server.receive(m, type(report).from_wire(unpackb(data))):
+                    accepted += 1
+            phase = int(getattr(msg, "phase", len(self.phases) + 1))
+            if not server.ready():
+                raise FederationError(
+                    f"phase {phase}: the server's barrier is not met after all {n_clients} "
+                    f"clients reported ({accepted} reports accepted)"
+                )
+            depth = getattr(msg, "depth", None)
+            evaluations = int(used.sum()) - before
+            self.phases.append(
+                PhaseCommunication(
+                    phase=phase,
+                    depth=None if depth is None else int(depth),
+                    messages_up=n_clients,
+                    messages_down=n_clients,
+                    bytes_up=bytes_up,
+                    bytes_down=len(wire) * n_clients,
+                    reports_accepted=accepted,
+                    evaluations=evaluations,
+                )
+            )
+            idle = idle + 1 if evaluations == 0 else 0
+            if idle > _MAX_IDLE_PHASES:
+                raise FederationError(
+                    f"{idle} phases in a row without any evaluation (at phase {phase}): "
+                    "the algorithm does not terminate"
+                )
+            if progress is not None:
+                done = int(used.min())
+                if done >= next_report or done == budget:
+                    if self._global is not None:
+                        running += float(self._global[counted:done].sum())
+                    counted = done
+                    cum = running / n_clients if self._global is not None else float("nan")
+                    progress(done, budget, cum)
+                    next_report = (done // every + 1) * every
+            msg = server.close_phase()
+        wall = time.perf_counter() - t0
+
+        short = np.nonzero(used != budget)[0]
+        if short.size:
+            detail = ", ".join(f"client {m}: {int(used[m])}" for m in short[:5])
+            raise FederationError(
+                f"{short.size} client(s) did not use exactly their budget T = {budget} "
+                f"evaluations ({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
+            )
+        recommendation = np.asarray(msg.recommendation, dtype=np.float64).reshape(-1).copy()
+        self.recommendation = recommendation
+        return self._record(recommendation, wall)
+
+    def _record(self, recommendation: np.ndarray, wall: float) -> RunRecord:
+        m, budget = self.n_clients, self.budget
+        rounds = _regret.round_grid(budget)
+        glob = self.family.global_objective
+        if self._global is not None:
+            cum = _regret.at_rounds(_regret.cumulative_regret(self._global) / m, rounds)
+            value = float(glob(recommendation[None])[0])
+            simple = _regret.simple_regret(float(self.f_star), value)  # type: ignore[arg-type]
+        else:
+            cum, simple = None, None
+        local = (
+            None
+            if self._local is None
+            else _regret.at_rounds(_regret.cumulative_regret(self._local) / m, rounds)
+        )
+        log.debug(
+            "seed %d: %d clients x %d evaluations, %d phases in %.3f s",
+            self.seed,
+            m,
+            budget,
+            len(self.phases),
+            wall,
+        )
+        return RunRecord(
+            seed=self.seed,
+            rounds=rounds,
+            cumulative_regret=cum,
+            recommendation=recommendation,
+            simple_regret=simple,
+            evaluations=int(self.used.sum()),
+            wall_time_s=wall,
+            local_cumulative_regret=local,
+            communication=self.communication(),
+        )
+
+    def communication(self) -> dict[str, Any]:
+        """The run's ``communication`` block: totals and the per-phase list."""
+        phases = self.phases
+        return {
+            "clients": self.n_clients,
+            "rounds": len(phases),
+            "messages_up": sum(p.messages_up for p in phases),
+            "messages_down": sum(p.messages_down for p in phases),
+            "bytes_up": sum(p.bytes_up for p in phases),
+            "bytes_down": sum(p.bytes_down for p in phases),
+            "per_phase": [p.to_dict() for p in phases],
+        }
+
+
+def run_federated(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:
+    """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`)."""
+    return Federation(config, seed).run(progress)
+
+
+def run_federated_config(
+    config: Config,
+    progress: ProgressCallback | None = None,
+    *,
+    on_run_start: RunStartCallback | None = None,
+) -> RunResults:
+    """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results.
+
+    The ``objective`` block describes the configured (base) objective; with
+    ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
+    """
+    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    seeds = config.run.seeds
+    runs = []
+    for k, seed in enumerate(seeds):
+        if on_run_start is not None:
+            on_run_start(k, len(seeds), seed)
+        runs.append(run_federated(config, seed, progress))
+    return RunResults(
+        config=config.to_dict(),
+        algorithm=config.algorithm.name,
+        objective=objective_info(objective),
+        runs=tuple(runs),
+        communication=summarize_communication(runs),
+    )
