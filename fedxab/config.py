@@ -335,7 +335,7 @@ class AlgorithmConfig:
         return {"name": self.name, **_plain(self.params)}
 
 
-HETEROGENEITY = ("offset", "shift", "none")
+HETEROGENEITY = ("offset", "shift", "none", "fields")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +349,10 @@ class FederationConfig(Section):
       default 1); the global objective is ``f``;
     - ``"shift"``: ``f_m(x) = f(clip(x - s_m))``, ``s_m ~ N(0, scale^2 I)`` (PF-PNE's; scale
       default 0.05 x each coordinate range); the global objective is the clients' average;
-    - ``"none"``: every client has ``f`` itself.
+    - ``"none"``: every client has ``f`` itself;
+    - ``"fields"``: the landmine objective only: client m tunes the SVM of its own field (fields
+      0..M-1 for M <= 29, random fields with replacement beyond); the global objective is the
+      clients' mean AUC (spec-fedpne-pfpne §7.2).
     """
 
     SECTION: ClassVar[str] = "federation"
@@ -357,7 +360,7 @@ class FederationConfig(Section):
     clients: int = 10
     """The number of clients M."""
     heterogeneity: str = "offset"
-    """How the client objectives differ: "offset", "shift" or "none"."""
+    """How the client objectives differ: "offset", "shift", "none" or "fields" (landmine)."""
     heterogeneity_scale: float | None = None
     """Standard deviation of the offsets (or of the shifts, in input units); None = default."""
 

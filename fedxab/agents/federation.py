@@ -117,6 +117,18 @@ def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
         return value_offset_family(base, fed.clients, seed, scale)
     if fed.heterogeneity == "shift":
         return input_shift_family(base, fed.clients, seed, fed.heterogeneity_scale)
+    if fed.heterogeneity == "fields":
+        from fedxab.objectives.landmine import LandmineSVM, landmine_family
+
+        if not isinstance(base, LandmineSVM):
+            raise ConfigError(
+                "federation.heterogeneity",
+                f"'fields' gives each client its own landmine field and needs objective "
+                f"'landmine', got {base.name!r}; use 'offset', 'shift' or 'none'",
+            )
+        return landmine_family(
+            fed.clients, seed=seed, data_path=str(base.data.path), log_scale=base.log_scale
+        )
     return ClientFamily(global_objective=base, clients=(base,) * fed.clients, kind="none")
 
 

@@ -22,8 +22,18 @@ from typing import Any
 import numpy as np
 
 from fedxab.algorithms.base import Optimizer
+from fedxab.algorithms.baselines import (
+    CentralHCTClient,
+    CentralHCTServer,
+    LocalHCTClient,
+    LocalHCTServer,
+)
+from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
+from fedxab.algorithms.fed1ucb import Fed1UCBClient, Fed1UCBServer
 from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.hct import HCT
+from fedxab.algorithms.parallel import ParallelClient, ParallelServer
+from fedxab.algorithms.pfpne import PFPNEClient, PFPNEServer
 from fedxab.algorithms.poo import POO
 from fedxab.errors import ConfigError
 
@@ -41,6 +51,12 @@ ALGORITHMS: dict[str, type] = {"hct": HCT, "poo": POO}
 
 FEDERATED: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEServer, FedPNEClient),
+    "dpfedpne": (DPFedPNEServer, DPFedPNEClient),
+    "pfpne": (PFPNEServer, PFPNEClient),
+    "parallel": (ParallelServer, ParallelClient),
+    "fed1ucb": (Fed1UCBServer, Fed1UCBClient),
+    "local-hct": (LocalHCTServer, LocalHCTClient),
+    "central-hct": (CentralHCTServer, CentralHCTClient),
 }
 """Federated algorithms: name -> (server class, client class)."""
 

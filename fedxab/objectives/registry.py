@@ -7,6 +7,7 @@ from typing import Any
 
 from fedxab.errors import ConfigError
 from fedxab.objectives.base import Objective
+from fedxab.objectives.landmine import LandmineSVM
 from fedxab.objectives.synthetic import (
     Ackley,
     DoubleSine,
@@ -25,6 +26,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "rastrigin": Rastrigin,
     "ackley": Ackley,
     "sineproduct": SineProduct,
+    "landmine": LandmineSVM,
 }
 
 
