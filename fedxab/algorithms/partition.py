@@ -51,6 +51,7 @@ class Partition:
         self.seed = seed
         self.dim = int(self.domain.shape[0])
         self._key = stream_word(seed, "partition")
+        self._cells: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def split_dim(self, h: int, i: int, lower: Sequence[float], upper: Sequence[float]) -> int:
         """The coordinate along which node ``(h, i)`` with cell ``[lower, upper]`` is cut."""
@@ -80,7 +81,18 @@ class Partition:
         return tuple(self.domain[:, 0].tolist()), tuple(self.domain[:, 1].tolist())
 
     def cell(self, h: int, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """The cell ``[lower, upper]`` of node ``(h, i)``, found by walking down from the root."""
+        """The cell ``[lower, upper]`` of node ``(h, i)`` (read-only arrays).
+
+        Found by walking down from the root, then cached: federated clients ask for the same
+        active nodes every phase, and in-process clients share one partition.
+        """
+        cached = self._cells.get((h, i))
+        if cached is None:
+            cached = self._walk(h, i)
+            self._cells[(h, i)] = cached
+        return cached
+
+    def _walk(self, h: int, i: int) -> tuple[np.ndarray, np.ndarray]:
         if h < 0 or not 1 <= i <= self.k**h:
             raise ValueError(f"no node ({h}, {i}) in a {self.k}-ary tree")
         path = []  # indices from (h, i) up to depth 1
@@ -94,7 +106,10 @@ class Partition:
             s = (child - 1) % self.k
             _, lower, upper = self.child_cells(depth, index, lower, upper)[s]
             depth, index = depth + 1, child
-        return np.array(lower), np.array(upper)
+        lo, up = np.array(lower), np.array(upper)
+        lo.setflags(write=False)
+        up.setflags(write=False)
+        return lo, up
 
     def parent(self, h: int, i: int) -> tuple[int, int]:
         """The parent ``(h-1, ceil(i/k))`` of node ``(h, i)``."""

@@ -178,6 +178,8 @@ def make_federation(
             raise ConfigError("client_ids", f"client ids must lie in 0..{n_clients - 1}, got {m!r}")
     try:
         server = server_cls(domain, **server_kw)
+        if "partition" in client_keys and hasattr(server, "partition"):
+            client_kw["partition"] = server.partition  # in-process: one shared geometry cache
         clients = [client_cls(m, domain, **client_kw) for m in ids]
     except TypeError as exc:  # e.g. a string where a number is expected
         raise ConfigError(f"algorithm ({name})", str(exc)) from exc
