@@ -28,11 +28,19 @@ from typing import Any
 
 import numpy as np
 
-from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.hct import HCT
-from fedxab.algorithms.protocol import Evaluate, Finished, check_kind, wire_array, wire_int
+from fedxab.algorithms.protocol import (
+    Evaluate,
+    Finished,
+    ReplyCache,
+    ReportInbox,
+    check_kind,
+    evaluate_checked,
+    wire_array,
+    wire_int,
+)
 from fedxab.domain import as_domain
-from fedxab.errors import InvalidRewardError, ProtocolError
+from fedxab.errors import ProtocolError
 from fedxab.seeding import stream_word
 from fedxab.validation import check_positive_int
 
@@ -48,10 +56,7 @@ def local_hct_seed(seed: int, client_id: int) -> int:
 
 def _one_reward(evaluate: Evaluate, x: np.ndarray) -> float:
     """``evaluate`` at the single point ``x``, checked to be one finite reward."""
-    rewards = np.asarray(evaluate(x.reshape(1, -1)), dtype=float).reshape(-1)
-    if rewards.shape != (1,):
-        raise InvalidRewardError(f"evaluate() returned {rewards.shape[0]} rewards for 1 point")
-    return check_reward(rewards[0], field=f"reward at {x.tolist()}")
+    return float(evaluate_checked(evaluate, x.reshape(1, -1))[0])
 
 
 def _check_point(value: np.ndarray, dim: int, name: str) -> None:
@@ -132,54 +137,45 @@ class LocalHCTServer:
         self.n_clients = check_positive_int("federation.clients", n_clients)
         self.budget = check_positive_int("run.budget", budget)
         self.phase = 0
-        self._reports: dict[int, LocalHCTReport] = {}
+        self._inbox: ReportInbox[LocalHCTReport] = ReportInbox(self.n_clients)
         self._finished: Finished | None = None
 
     def start(self) -> LocalHCTBroadcast:
         if self.phase != 0:
             raise ProtocolError("start() called twice")
         self.phase = 1
+        self._inbox.open(1)
         return LocalHCTBroadcast(1, self.budget)
 
     def receive(self, client: int, report: LocalHCTReport) -> bool:
         """Record a client's report; ``False`` if it is a duplicate."""
-        if self.phase == 0 or self._finished is not None:
-            raise ProtocolError("no phase is open")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
         if report.pulls > self.budget:
             raise ProtocolError(f"field 'pulls' is {report.pulls}, above the budget {self.budget}")
         _check_point(report.recommendation, self.domain.shape[0], "recommendation")
-        self._reports[client] = report
+        self._inbox.store(client, report)
         return True
 
     def ready(self) -> bool:
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     @property
     def recommendations(self) -> dict[int, np.ndarray]:
         """Each reporting client's own recommendation, by client id."""
-        return {m: r.recommendation for m, r in sorted(self._reports.items())}
+        return {r.client: r.recommendation for r in self._inbox.received()}
 
     def close_phase(self) -> Finished:
         """Finish with the lowest-id client's recommendation (see the class docstring)."""
         if self._finished is not None:
             return self._finished
-        if not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
-        first = min(self._reports)
-        self._finished = Finished(self.phase, np.array(self._reports[first].recommendation))
+        first = self._inbox.in_order()[0]
+        self._inbox.close()
+        self._finished = Finished(self.phase, np.array(first.recommendation))
         return self._finished
 
 
@@ -223,23 +219,23 @@ class LocalHCTClient:
             seed=local_hct_seed(seed, client_id),
         )
         self.used = 0
-        self._last: tuple[int, LocalHCTReport] | None = None
+        self._replies: ReplyCache[LocalHCTReport] = ReplyCache()
 
     def answer(self, broadcast: LocalHCTBroadcast, evaluate: Evaluate) -> LocalHCTReport:
         """Run HCT for ``min(rounds, budget left)`` pulls, then report its recommendation.
 
         A repeated broadcast (redelivery) gets the same report back without pulling again.
         """
-        if self._last is not None and self._last[0] == broadcast.phase:
-            return self._last[1]
+        cached = self._replies.get(broadcast.phase)
+        if cached is not None:
+            return cached
         rounds = min(broadcast.rounds, self.budget - self.used)
         for _ in range(rounds):
             x = self.hct.ask()
             self.hct.tell(x, _one_reward(evaluate, x))
             self.used += 1
         report = LocalHCTReport(broadcast.phase, self.client_id, rounds, self.hct.recommend())
-        self._last = (broadcast.phase, report)
-        return report
+        return self._replies.put(broadcast.phase, report)
 
     def recommend(self) -> np.ndarray:
         """This client's own answer (for its local regret)."""
@@ -351,7 +347,7 @@ class CentralHCTServer:
         self.dim = self.hct.partition.dim
         self.phase = 0
         self._current: CentralHCTBroadcast | None = None
-        self._reports: dict[int, CentralHCTReport] = {}
+        self._inbox: ReportInbox[CentralHCTReport] = ReportInbox(self.n_clients)
         self._finished: Finished | None = None
 
     def start(self) -> CentralHCTBroadcast:
@@ -361,44 +357,34 @@ class CentralHCTServer:
 
     def _next_round(self) -> CentralHCTBroadcast:
         self.phase += 1
-        self._reports = {}
+        self._inbox.open(self.phase)
         self._current = CentralHCTBroadcast(self.phase, self.hct.ask())
         return self._current
 
     def receive(self, client: int, report: CentralHCTReport) -> bool:
         """Record a client's reward for the round; ``False`` if it is a duplicate."""
-        if self._current is None or self._finished is not None:
-            raise ProtocolError("no phase is open")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
         if not math.isfinite(report.reward):
             raise ProtocolError(f"field 'reward' must be finite, got {report.reward!r}")
-        self._reports[client] = report
+        self._inbox.store(client, report)
         return True
 
     def ready(self) -> bool:
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     def close_phase(self) -> CentralHCTBroadcast | Finished:
         """Tell HCT the round's average reward; next round, or finish after ``T`` rounds."""
         if self._finished is not None:
             return self._finished
-        if not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
-        rewards = [self._reports[m].reward for m in sorted(self._reports)]
+        rewards = [r.reward for r in self._inbox.in_order()]
         self.hct.tell(self._current.point, sum(rewards) / len(rewards))  # type: ignore[union-attr]
         if self.hct.t >= self.budget:
+            self._inbox.close()
             self._finished = Finished(self.phase, self.hct.recommend())
             return self._finished
         return self._next_round()
@@ -421,12 +407,13 @@ class CentralHCTClient:
         self.dim = as_domain(domain).shape[0]
         self.budget = check_positive_int("run.budget", budget)
         self.used = 0
-        self._last: tuple[int, CentralHCTReport] | None = None
+        self._replies: ReplyCache[CentralHCTReport] = ReplyCache()
 
     def answer(self, broadcast: CentralHCTBroadcast, evaluate: Evaluate) -> CentralHCTReport:
         """One pull at the broadcast point; a redelivered broadcast is answered from cache."""
-        if self._last is not None and self._last[0] == broadcast.phase:
-            return self._last[1]
+        cached = self._replies.get(broadcast.phase)
+        if cached is not None:
+            return cached
         if self.used >= self.budget:
             raise ProtocolError(
                 f"client {self.client_id} has used its budget of {self.budget} pulls; "
@@ -435,6 +422,6 @@ class CentralHCTClient:
         _check_point(broadcast.point, self.dim, "point")
         reward = _one_reward(evaluate, np.asarray(broadcast.point, dtype=float))
         self.used += 1
-        report = CentralHCTReport(broadcast.phase, self.client_id, reward)
-        self._last = (broadcast.phase, report)
-        return report
+        return self._replies.put(
+            broadcast.phase, CentralHCTReport(broadcast.phase, self.client_id, reward)
+        )

@@ -37,22 +37,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    MeansReport,
+    ReplyCache,
+    ReportInbox,
     check_kind,
+    check_means_report,
+    evaluate_checked,
     wire_array,
     wire_bool,
     wire_int,
 )
 from fedxab.domain import as_domain
-from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.seeding import stream
 from fedxab.validation import check_choice, check_positive, check_positive_int
 
@@ -150,38 +154,13 @@ class Fed1UCBBroadcast:
         )
 
 
-@dataclass(frozen=True)
-class Fed1UCBReport:
+class Fed1UCBReport(MeansReport):
     """Client -> server: the cumulative local mean of every active arm.
 
     ``complete=False`` (and no means) answers a commit broadcast or a phase cut by the horizon.
     """
 
-    phase: int
-    client: int
-    complete: bool
-    means: np.ndarray = field(default_factory=lambda: np.empty(0))
-
     kind = "fed1ucb.report"
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "client": self.client,
-            "complete": self.complete,
-            "means": self.means,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Fed1UCBReport:
-        check_kind(data, cls.kind)
-        return cls(
-            phase=wire_int(data, "phase", 1),
-            client=wire_int(data, "client"),
-            complete=wire_bool(data, "complete"),
-            means=wire_array(data, "means", "f"),
-        )
 
 
 @dataclass(frozen=True)
@@ -231,7 +210,7 @@ class Fed1UCBServer:
         self.pulls = 0  # cumulative pulls per client of each active arm
         self.history: list[Fed1UCBPhase] = []
         self._current: Fed1UCBBroadcast | None = None
-        self._reports: dict[int, Fed1UCBReport] = {}
+        self._inbox: ReportInbox[Fed1UCBReport] = ReportInbox(n_clients)
         self._finished: Finished | None = None
 
     def start(self) -> Fed1UCBBroadcast | Finished:
@@ -244,7 +223,7 @@ class Fed1UCBServer:
         if self.used >= self.budget:
             return self._finish()
         self.phase += 1
-        self._reports = {}
+        self._inbox.open(self.phase)
         if len(self.active) == 1:
             self._current = Fed1UCBBroadcast(
                 self.phase, self.active, self.budget - self.used, commit=True
@@ -267,51 +246,30 @@ class Fed1UCBServer:
 
     def receive(self, client: int, report: Fed1UCBReport) -> bool:
         """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
-        if self._current is None or self._finished is not None:
-            raise ProtocolError("no phase is open")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
-        if report.complete:
-            if self.truncated:
-                raise ProtocolError(
-                    "a complete report for a commit phase or one cut by the horizon"
-                )
-            if report.means.shape != (len(self.active),):
-                raise ProtocolError(
-                    f"field 'means' must hold {len(self.active)} values, got {report.means.shape}"
-                )
-        elif not self.truncated:
-            raise ProtocolError("an incomplete report for a phase that fits the budget")
-        self._reports[client] = report
+        check_means_report(report, self.truncated, len(self.active))
+        self._inbox.store(client, report)
         return True
 
     def ready(self) -> bool:
         """The phase barrier: every client has reported."""
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     def close_phase(self) -> Fed1UCBBroadcast | Finished:
         """Average the reported means, eliminate, and open the next phase (or finish)."""
         if self._finished is not None:
             return self._finished
-        if not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        reports = self._inbox.in_order()  # fixed client order (determinism)
         if self.truncated:  # commit done, or the horizon cut the phase: nothing to aggregate
             return self._finish()
-        order = sorted(self._reports)  # fixed client order (determinism)
-        means = np.mean([self._reports[m].means for m in order], axis=0)
+        means = np.mean([r.means for r in reports], axis=0)
         self.pulls += self.pulls_per_arm
-        width = fed1ucb_width(len(order), self.pulls, self.budget, self.sigma)
+        width = fed1ucb_width(len(reports), self.pulls, self.budget, self.sigma)
         survive, best = fed1ucb_eliminate(means, width)
         self.history.append(
             Fed1UCBPhase(
@@ -322,7 +280,7 @@ class Fed1UCBServer:
                 width,
                 int(self.active[best]),
                 int(survive.sum()),
-                len(order),
+                len(reports),
             )
         )
         self.used += self.phase_length
@@ -330,6 +288,7 @@ class Fed1UCBServer:
         return self._next_phase()
 
     def _finish(self) -> Finished:
+        self._inbox.close()
         self._finished = Finished(self.phase, self.recommend())
         return self._finished
 
@@ -368,15 +327,16 @@ class Fed1UCBClient:
         self.sums = np.zeros(len(self.arms))
         self.counts = np.zeros(len(self.arms), dtype=np.int64)
         self.used = 0
-        self._last: tuple[int, Fed1UCBReport] | None = None
+        self._replies: ReplyCache[Fed1UCBReport] = ReplyCache()
 
     def answer(self, broadcast: Fed1UCBBroadcast, evaluate: Evaluate) -> Fed1UCBReport:
         """Pull every active arm ``pulls_per_arm`` times (one batch) and report cumulative means.
 
         A repeated broadcast (redelivery) gets the same report back without pulling again.
         """
-        if self._last is not None and self._last[0] == broadcast.phase:
-            return self._last[1]
+        cached = self._replies.get(broadcast.phase)
+        if cached is not None:
+            return cached
         arms = broadcast.arms
         if arms.size and arms.max() >= len(self.arms):
             raise ProtocolError(
@@ -386,7 +346,7 @@ class Fed1UCBClient:
         per_arm = broadcast.pulls_per_arm
         n_pulls = min(self.budget - self.used, len(arms) * per_arm)
         X = np.repeat(self.arms[arms], per_arm, axis=0)[:n_pulls]
-        rewards = _rewards(evaluate, X)
+        rewards = evaluate_checked(evaluate, X)
         self.used += n_pulls
         pulled = np.repeat(arms, per_arm)[:n_pulls]
         np.add.at(self.sums, pulled, rewards)
@@ -396,8 +356,7 @@ class Fed1UCBClient:
             report = Fed1UCBReport(broadcast.phase, self.client_id, True, means)
         else:
             report = Fed1UCBReport(broadcast.phase, self.client_id, False)
-        self._last = (broadcast.phase, report)
-        return report
+        return self._replies.put(broadcast.phase, report)
 
 
 def _arm_set(
@@ -419,18 +378,3 @@ def _arm_set(
         raise ConfigError("algorithm.arms", f"must have shape (n, {dim}), got {arr.shape}")
     arr.setflags(write=False)
     return arr
-
-
-def _rewards(evaluate: Evaluate, X: np.ndarray) -> np.ndarray:
-    """``evaluate(X)`` checked: one finite reward per row (nothing is evaluated for no rows)."""
-    if len(X) == 0:
-        return np.empty(0)
-    rewards = np.asarray(evaluate(X), dtype=float).reshape(-1)
-    if rewards.shape != (len(X),):
-        raise InvalidRewardError(
-            f"evaluate() returned {rewards.shape[0]} rewards for {len(X)} points"
-        )
-    if not np.all(np.isfinite(rewards)):
-        bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
-        check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
-    return rewards

@@ -20,23 +20,24 @@ The recommendation is the centre of the best node of the last completed phase.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import (
-    Evaluate,
     Finished,
+    MeansReport,
+    ReportInbox,
     check_kind,
+    check_means_report,
     wire_array,
-    wire_bool,
     wire_int,
 )
-from fedxab.errors import InvalidRewardError, ProtocolError
+from fedxab.algorithms.sampling import NodeSamplingClient
+from fedxab.errors import ProtocolError
 from fedxab.validation import check_choice
 
 DEPTH_COUNTING = ("true", "literal")
@@ -77,35 +78,10 @@ class FedPNEBroadcast:
         )
 
 
-@dataclass(frozen=True)
-class FedPNEReport:
+class FedPNEReport(MeansReport):
     """Client -> server: one local mean per active node, or ``complete=False`` at the horizon."""
 
-    phase: int
-    client: int
-    complete: bool
-    means: np.ndarray = field(default_factory=lambda: np.empty(0))
-
     kind = "fedpne.report"
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "client": self.client,
-            "complete": self.complete,
-            "means": self.means,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FedPNEReport:
-        check_kind(data, cls.kind)
-        return cls(
-            phase=wire_int(data, "phase", 1),
-            client=wire_int(data, "client"),
-            complete=wire_bool(data, "complete"),
-            means=wire_array(data, "means", "f"),
-        )
 
 
 @dataclass(frozen=True)
@@ -167,7 +143,7 @@ class FedPNEServer:
         self.used = 0  # pulls per client in completed phases
         self.history: list[PhaseRecord] = []
         self._current: FedPNEBroadcast | None = None
-        self._reports: dict[int, FedPNEReport] = {}
+        self._inbox: ReportInbox[FedPNEReport] = ReportInbox(n_clients)
         self._finished: Finished | None = None
 
     # The formulas use depth + offset (offset 1 = the paper's literal counter, spec F2).
@@ -188,7 +164,7 @@ class FedPNEServer:
         self.phase += 1
         t_h = -(-self._tau(self.depth) // m)  # ceil(tau_h / M)
         self._current = FedPNEBroadcast(self.phase, self.depth, self.active, t_h)
-        self._reports = {}
+        self._inbox.open(self.phase)
         return self._current
 
     @property
@@ -204,49 +180,30 @@ class FedPNEServer:
 
     def receive(self, client: int, report: FedPNEReport) -> bool:
         """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
-        if self._current is None or self._finished is not None:
-            raise ProtocolError("no phase is open")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
-        if report.complete:
-            if self.truncated:
-                raise ProtocolError("a complete report for a phase that ends the horizon")
-            if report.means.shape != (len(self.active),):
-                raise ProtocolError(
-                    f"field 'means' must hold {len(self.active)} values, got {report.means.shape}"
-                )
-        elif not self.truncated:
-            raise ProtocolError("an incomplete report for a phase that fits the budget")
-        self._reports[client] = report
+        check_means_report(report, self.truncated, len(self.active))
+        self._inbox.store(client, report)
         return True
 
     def ready(self) -> bool:
         """The phase barrier: every client has reported."""
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     def close_phase(self) -> FedPNEBroadcast | Finished:
         """Aggregate the reports received (all, or a quorum) and open the next phase."""
         if self._finished is not None:
             return self._finished
-        if not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        reports = self._inbox.in_order()  # a fixed client order (determinism)
         if self.truncated:
             return self._finish()
-        order = sorted(self._reports)  # aggregate in a fixed client order (determinism)
-        means = np.mean([self._reports[m].means for m in order], axis=0)
+        means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node  # type: ignore[union-attr]
-        width = float(self.constants.width(len(order) * t_h))
+        width = float(self.constants.width(len(reports) * t_h))
         survive, best = eliminate(means, width, self.constants.slack(self.depth + self._offset))
         self.history.append(
             PhaseRecord(
@@ -257,7 +214,7 @@ class FedPNEServer:
                 width,
                 int(self.active[best]),
                 int(survive.sum()),
-                len(order),
+                len(reports),
             )
         )
         self.used += self.phase_length
@@ -268,6 +225,7 @@ class FedPNEServer:
         return self._next_phase()
 
     def _finish(self) -> Finished:
+        self._inbox.close()
         self._finished = Finished(self.phase, self.recommend())
         return self._finished
 
@@ -282,59 +240,11 @@ class FedPNEServer:
         return (lower + upper) / 2.0
 
 
-class FedPNEClient:
-    """The Fed-PNE client state machine ([FX] Algorithm 1)."""
+class FedPNEClient(NodeSamplingClient):
+    """The Fed-PNE client ([FX] Algorithm 1): every active node ``t_h`` times, one local mean each.
 
-    def __init__(
-        self,
-        client_id: int,
-        domain: Sequence[Sequence[float]] | np.ndarray,
-        *,
-        budget: int,
-        k: int = 2,
-        split: str = "random",
-        seed: int = 0,
-        partition: Partition | None = None,
-    ) -> None:
-        self.client_id = client_id
-        self.budget = budget
-        self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
-        self.used = 0
-        self._last: tuple[int, FedPNEReport] | None = None
+    See :class:`~fedxab.algorithms.sampling.NodeSamplingClient` for the budget and redelivery
+    rules.
+    """
 
-    def points(self, depth: int, nodes: np.ndarray) -> np.ndarray:
-        """Representative points (cell centres) of nodes ``(depth, i)``, shape (len(nodes), d)."""
-        cells = [self.partition.cell(depth, int(i)) for i in nodes]
-        return np.array([(lo + up) / 2.0 for lo, up in cells])
-
-    def answer(self, broadcast: FedPNEBroadcast, evaluate: Evaluate) -> FedPNEReport:
-        """Pull every node ``t_h`` times (one batch), report the local means.
-
-        A repeated broadcast (redelivery) gets the same report back without pulling again.
-        """
-        if self._last is not None and self._last[0] == broadcast.phase:
-            return self._last[1]
-        t_h = broadcast.pulls_per_node
-        n_nodes = len(broadcast.nodes)
-        n_pulls = min(self.budget - self.used, n_nodes * t_h)
-        X = np.repeat(self.points(broadcast.depth, broadcast.nodes), t_h, axis=0)[:n_pulls]
-        rewards = np.asarray(evaluate(X), dtype=float).reshape(-1) if n_pulls else np.empty(0)
-        if rewards.shape != (n_pulls,):
-            raise InvalidRewardError(
-                f"evaluate() returned {rewards.shape[0]} rewards for {n_pulls} points"
-            )
-        if not np.all(np.isfinite(rewards)):
-            bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
-            check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
-        self.used += n_pulls
-        if n_pulls == n_nodes * t_h:
-            means = self._local_means(rewards.reshape(n_nodes, t_h), broadcast.phase)
-            report = FedPNEReport(broadcast.phase, self.client_id, True, means)
-        else:
-            report = FedPNEReport(broadcast.phase, self.client_id, False)
-        self._last = (broadcast.phase, report)
-        return report
-
-    def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
-        """The released statistic: each node's mean reward (rows = nodes, columns = pulls)."""
-        return rewards.mean(axis=1)
+    report_class = FedPNEReport

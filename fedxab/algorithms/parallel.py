@@ -34,23 +34,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import children
 from fedxab.algorithms.protocol import (
-    Evaluate,
     Finished,
+    MeansReport,
+    ReportInbox,
     check_kind,
+    check_means_report,
     wire_array,
-    wire_bool,
     wire_int,
 )
-from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
+from fedxab.algorithms.sampling import NodeSamplingClient
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import check_positive, check_positive_int
 
 __all__ = [
@@ -118,42 +119,11 @@ class ParallelBroadcast:
         )
 
 
-@dataclass(frozen=True)
-class ParallelReport:
+class ParallelReport(MeansReport):
     """Player -> coordinator: its local mean of every node of ``S_h`` (``T_h`` pulls each), or
     ``complete=False`` (no values) when its budget ran out during the level."""
 
-    phase: int
-    client: int
-    complete: bool
-    means: np.ndarray = field(default_factory=lambda: np.empty(0))
-
     kind = "parallel.report"
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "client": self.client,
-            "complete": self.complete,
-            "means": self.means,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> ParallelReport:
-        check_kind(data, cls.kind)
-        complete = wire_bool(data, "complete")
-        means = wire_array(data, "means", "f")
-        if complete and means.size == 0:
-            raise ProtocolError("field 'means' is empty in a complete report")
-        if not complete and means.size:
-            raise ProtocolError("field 'means' must be empty in an incomplete report")
-        return cls(
-            phase=wire_int(data, "phase", 1),
-            client=wire_int(data, "client"),
-            complete=complete,
-            means=means,
-        )
 
 
 @dataclass(frozen=True)
@@ -233,7 +203,7 @@ class ParallelServer:
         self.used = 0  # evaluations per player in completed levels
         self.history: list[LevelRecord] = []
         self._current: ParallelBroadcast | None = None
-        self._reports: dict[int, ParallelReport] = {}
+        self._inbox: ReportInbox[ParallelReport] = ReportInbox(n_clients)
         self._finished: Finished | None = None
 
     def pulls_per_node(self, depth: int, n_nodes: int) -> int:
@@ -252,7 +222,7 @@ class ParallelServer:
         self.phase += 1
         t_h = self.pulls_per_node(self.depth, len(self.active))
         self._current = ParallelBroadcast(self.phase, self.depth, self.active, t_h)
-        self._reports = {}
+        self._inbox.open(self.phase)
         return self._current
 
     @property
@@ -269,40 +239,21 @@ class ParallelServer:
 
     def receive(self, client: int, report: ParallelReport) -> bool:
         """Record a player's report; ``False`` if it is a duplicate (same client and phase)."""
-        if self._current is None or self._finished is not None:
-            raise ProtocolError("no phase is open")
         if not isinstance(report, ParallelReport):
             raise ProtocolError(f"expected a {ParallelReport.kind!r}, got {type(report).__name__}")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
-        if report.complete:
-            if self.truncated:
-                raise ProtocolError("a complete report for a level that exceeds the budget")
-            if report.means.shape != (len(self.active),):
-                raise ProtocolError(
-                    f"field 'means' must hold {len(self.active)} values, got {report.means.shape}"
-                )
-            if not np.all(np.isfinite(report.means)):
-                raise ProtocolError("field 'means' holds NaN or infinite values")
-        elif not self.truncated:
-            raise ProtocolError("an incomplete report for a level that fits the budget")
-        self._reports[client] = report
+        check_means_report(report, self.truncated, len(self.active))
+        self._inbox.store(client, report)
         return True
 
     def ready(self) -> bool:
         """The level barrier (C-12): every player has reported."""
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     def close_phase(self) -> ParallelBroadcast | Finished:
         """Aggregate the level and broadcast the next one, or finish.
@@ -313,12 +264,10 @@ class ParallelServer:
         """
         if self._finished is not None:
             return self._finished
-        if self._current is None or not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        reports = self._inbox.in_order()  # fixed client order (C-13)
         if self.truncated:  # the partial level is discarded (spec §3.7)
             return self._finish()
-        order = sorted(self._reports)  # fixed client order (C-13)
-        means = np.mean(np.stack([self._reports[j].means for j in order]), axis=0)
+        means = np.mean(np.stack([r.means for r in reports]), axis=0)
         best = int(np.argmax(means))  # first argmax = smallest node index
         threshold = float(means[best] - 3.0 * self.nu * self.rho**self.depth)
         expanded = means >= threshold  # the argmax always passes
@@ -336,7 +285,7 @@ class ParallelServer:
                 best=int(self.active[best]),
                 threshold=threshold,
                 expanded=expanded,
-                reports=len(order),
+                reports=len(reports),
             )
         )
         if self.used >= self.budget:
@@ -347,6 +296,7 @@ class ParallelServer:
         return self._next_level()
 
     def _finish(self) -> Finished:
+        self._inbox.close()
         self._finished = Finished(self.phase, self.recommend())
         return self._finished
 
@@ -383,8 +333,14 @@ class ParallelServer:
 
 
 # ----------------------------------------------------------------------------------- client
-class ParallelClient:
-    """A player: pulls every node it is sent ``T_h`` times and reports its local means."""
+class ParallelClient(NodeSamplingClient):
+    """A player: pulls every node it is sent ``T_h`` times and reports its local means.
+
+    See :class:`~fedxab.algorithms.sampling.NodeSamplingClient`; the partition's default split
+    here is ``"longest"`` (the server's default, spec §0.2).
+    """
+
+    report_class = ParallelReport
 
     def __init__(
         self,
@@ -397,55 +353,6 @@ class ParallelClient:
         seed: int = 0,
         partition: Partition | None = None,
     ) -> None:
-        if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
-            raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
-        self.client_id = client_id
-        self.budget = check_positive_int("run.budget", budget)
-        self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
-        self.used = 0
-        self._last: tuple[int, ParallelReport] | None = None
-
-    def points(self, depth: int, nodes: np.ndarray) -> np.ndarray:
-        """Representative points (cell centres) of nodes ``(depth, i)``, shape (len(nodes), d)."""
-        cells = [self.partition.cell(depth, int(i)) for i in nodes]
-        return np.array([(lo + up) / 2.0 for lo, up in cells])
-
-    def answer(self, broadcast: ParallelBroadcast, evaluate: Evaluate) -> ParallelReport:
-        """Pull every node ``T_h`` times (one batch, increasing index), report the local means.
-
-        A redelivered broadcast gets the same report back without pulling again; a broadcast
-        older than the last one answered is rejected.
-        """
-        if self._last is not None:
-            if self._last[0] == broadcast.phase:
-                return self._last[1]
-            if broadcast.phase < self._last[0]:
-                raise ProtocolError(
-                    f"stale broadcast for phase {broadcast.phase}; "
-                    f"phase {self._last[0]} was already answered"
-                )
-        nodes = broadcast.nodes
-        if len(nodes) and int(nodes.max()) > self.partition.k**broadcast.depth:
-            raise ProtocolError(
-                f"node index {int(nodes.max())} does not exist at depth {broadcast.depth}"
-            )
-        t_h = broadcast.pulls_per_node
-        n_nodes = len(nodes)
-        n_pulls = min(self.budget - self.used, n_nodes * t_h)
-        X = np.repeat(self.points(broadcast.depth, nodes), t_h, axis=0)[:n_pulls]
-        rewards = np.asarray(evaluate(X), dtype=float).reshape(-1) if n_pulls else np.empty(0)
-        if rewards.shape != (n_pulls,):
-            raise InvalidRewardError(
-                f"evaluate() returned {rewards.shape[0]} rewards for {n_pulls} points"
-            )
-        if not np.all(np.isfinite(rewards)):
-            bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
-            check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
-        self.used += n_pulls
-        if n_pulls == n_nodes * t_h:
-            means = rewards.reshape(n_nodes, t_h).mean(axis=1)
-            report = ParallelReport(broadcast.phase, self.client_id, True, means)
-        else:
-            report = ParallelReport(broadcast.phase, self.client_id, False)
-        self._last = (broadcast.phase, report)
-        return report
+        super().__init__(
+            client_id, domain, budget=budget, k=k, split=split, seed=seed, partition=partition
+        )

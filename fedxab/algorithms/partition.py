@@ -92,6 +92,11 @@ class Partition:
             self._cells[(h, i)] = cached
         return cached
 
+    def centres(self, h: int, nodes: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Representative points (cell centres) of nodes ``(h, i)``, shape (len(nodes), d)."""
+        cells = [self.cell(h, int(i)) for i in nodes]
+        return np.array([(lo + up) / 2.0 for lo, up in cells]).reshape(len(cells), self.dim)
+
     def _walk(self, h: int, i: int) -> tuple[np.ndarray, np.ndarray]:
         if h < 0 or not 1 <= i <= self.k**h:
             raise ValueError(f"no node ({h}, {i}) in a {self.k}-ary tree")

@@ -61,19 +61,21 @@ from typing import Any
 
 import numpy as np
 
-from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.fedpne import PhaseRecord
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    ReplyCache,
+    ReportInbox,
     check_kind,
+    evaluate_checked,
     wire_array,
     wire_bool,
     wire_int,
 )
-from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import check_choice, check_positive
 
 H0_RULES = ("floor", "ceil")
@@ -314,11 +316,6 @@ def _resolve(n_clients: int, budget: int, **kw: Any) -> PNEConstants:
     return PNEConstants.resolve(n_clients=n_clients, horizon=budget, c1_exponent_clients=2, **kw)
 
 
-def _centre(partition: Partition, h: int, i: int) -> np.ndarray:
-    lower, upper = partition.cell(h, i)
-    return (lower + upper) / 2.0
-
-
 # -------------------------------------------------------------------------------- server
 class PFPNEServer:
     """The PF-PNE server state machine ([PF] Algorithm 1), stage 1 plus the handover."""
@@ -364,7 +361,7 @@ class PFPNEServer:
         self.recommendations: dict[int, np.ndarray] = {}
         self._survivors = _Survivors.none()
         self._current: PFPNEBroadcast | None = None
-        self._reports: dict[int, PFPNEReport] = {}
+        self._inbox: ReportInbox[PFPNEReport] = ReportInbox(n_clients)
         self._finished: PFPNEFinished | None = None
 
     @property
@@ -403,7 +400,7 @@ class PFPNEServer:
         self._current = PFPNEBroadcast(
             self.phase, depth, nodes, t_h, s.depth, s.nodes, s.means, s.widths
         )
-        self._reports = {}
+        self._inbox.open(self.phase)
         return self._current
 
     def _handover(self) -> PFPNEBroadcast:
@@ -413,7 +410,7 @@ class PFPNEServer:
         self._current = PFPNEBroadcast(
             self.phase, s.depth, self.active, 0, s.depth, s.nodes, s.means, s.widths, final=True
         )
-        self._reports = {}
+        self._inbox.open(self.phase)
         return self._current
 
     @property
@@ -429,17 +426,9 @@ class PFPNEServer:
 
     def receive(self, client: int, report: PFPNEReport) -> bool:
         """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
-        if self._current is None or self._finished is not None:
-            raise ProtocolError("no phase is open")
-        if not 0 <= client < self.n_clients or report.client != client:
-            raise ProtocolError(
-                f"report from client {report.client} received as client {client}; "
-                f"expected an id in 0..{self.n_clients - 1}"
-            )
-        if report.phase != self.phase:
-            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
-        if client in self._reports:
+        if not self._inbox.admit(client, report):
             return False
+        assert self._current is not None
         final, truncated = self._current.final, self.truncated
         if report.complete and not final and truncated:
             raise ProtocolError("a complete report for a depth that ends the horizon")
@@ -455,7 +444,7 @@ class PFPNEServer:
                 raise ProtocolError("field 'recommendation' must be empty in a stage-1 report")
         else:
             self._check_point(report.recommendation)
-        self._reports[client] = report
+        self._inbox.store(client, report)
         return True
 
     def _check_point(self, x: np.ndarray) -> None:
@@ -469,25 +458,23 @@ class PFPNEServer:
 
     def ready(self) -> bool:
         """The phase barrier: every client has reported."""
-        return len(self._reports) == self.n_clients
+        return self._inbox.ready()
 
     @property
     def reported(self) -> int:
-        return len(self._reports)
+        return len(self._inbox)
 
     def close_phase(self) -> PFPNEBroadcast | PFPNEFinished:
         """Aggregate the reports received (all, or a quorum) and open the next phase."""
         if self._finished is not None:
             return self._finished
-        if not self._reports:
-            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        reports = self._inbox.in_order()  # aggregate in a fixed client order (determinism)
         assert self._current is not None
         if self._current.final or self.truncated:
-            return self._finish()
-        order = sorted(self._reports)  # aggregate in a fixed client order (determinism)
-        means = np.mean([self._reports[m].means for m in order], axis=0)
+            return self._finish(reports)
+        means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node
-        width = float(self.constants.width(len(order) * t_h))  # b_h, N_h = M ceil(tau_h/M)
+        width = float(self.constants.width(len(reports) * t_h))  # b_h, N_h = M ceil(tau_h/M)
         survive, best = eliminate(means, width, self.constants.slack(self.depth))
         survive.setflags(write=False)
         self.history.append(
@@ -499,7 +486,7 @@ class PFPNEServer:
                 width,
                 int(self.active[best]),
                 int(survive.sum()),
-                len(order),
+                len(reports),
                 survive,
             )
         )
@@ -510,8 +497,9 @@ class PFPNEServer:
             return self._handover()
         return self._stage_one(children(kept, self.k), self.depth + 1)
 
-    def _finish(self) -> PFPNEFinished:
-        self.recommendations = {m: r.recommendation for m, r in sorted(self._reports.items())}
+    def _finish(self, reports: list[PFPNEReport]) -> PFPNEFinished:
+        self._inbox.close()
+        self.recommendations = {r.client: r.recommendation for r in reports}
         clients = np.array(sorted(self.recommendations), dtype=np.int64)
         recs = np.array([self.recommendations[m] for m in clients]).reshape(
             len(clients), self.partition.dim
@@ -522,9 +510,9 @@ class PFPNEServer:
     def recommend(self) -> np.ndarray:
         """Centre of the global best node at the last aggregated depth (the root's before any)."""
         if not self.history:
-            return _centre(self.partition, 0, 1)
+            return self.partition.centres(0, [1])[0]
         last = self.history[-1]
-        return _centre(self.partition, last.depth, last.best)
+        return self.partition.centres(last.depth, [last.best])[0]
 
 
 @dataclass(frozen=True)
@@ -591,28 +579,9 @@ class PFPNEClient:
         self._active = np.empty(0, dtype=np.int64)  # G^depth
         self._count: dict[tuple[int, int], int] = {}
         self._sum: dict[tuple[int, int], float] = {}
-        self._last: tuple[int, PFPNEReport] | None = None
+        self._replies: ReplyCache[PFPNEReport] = ReplyCache()
 
     # ------------------------------------------------------------------------- helpers
-    def points(self, depth: int, nodes: np.ndarray) -> np.ndarray:
-        """Representative points (cell centres) of nodes ``(depth, i)``, shape (len(nodes), d)."""
-        return np.array([_centre(self.partition, depth, int(i)) for i in nodes]).reshape(
-            len(nodes), self.partition.dim
-        )
-
-    def _pull(self, evaluate: Evaluate, X: np.ndarray) -> np.ndarray:
-        if not len(X):
-            return np.empty(0)
-        rewards = np.asarray(evaluate(X), dtype=float).reshape(-1)
-        if rewards.shape != (len(X),):
-            raise InvalidRewardError(
-                f"evaluate() returned {rewards.shape[0]} rewards for {len(X)} points"
-            )
-        if not np.all(np.isfinite(rewards)):
-            bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
-            check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
-        return rewards
-
     def recommend(self) -> np.ndarray:
         """This client's own recommendation (never changes state).
 
@@ -622,13 +591,13 @@ class PFPNEClient:
         """
         if self.pe_history:
             last = self.pe_history[-1]
-            return _centre(self.partition, last.depth, last.best)
+            return self.partition.centres(last.depth, [last.best])[0]
         with_stats = [h for h, (_, mu, _) in self.protected.items() if np.all(np.isfinite(mu))]
         if with_stats:
             h = max(with_stats)
             nodes, mu, _ = self.protected[h]
-            return _centre(self.partition, h, int(nodes[int(np.argmax(mu))]))
-        return _centre(self.partition, 0, 1)
+            return self.partition.centres(h, [int(nodes[int(np.argmax(mu))])])[0]
+        return self.partition.centres(0, [1])[0]
 
     # -------------------------------------------------------------------------- answer
     def answer(self, broadcast: PFPNEBroadcast, evaluate: Evaluate) -> PFPNEReport:
@@ -637,8 +606,9 @@ class PFPNEClient:
 
         A repeated broadcast (redelivery) gets the same report back without pulling again.
         """
-        if self._last is not None and self._last[0] == broadcast.phase:
-            return self._last[1]
+        cached = self._replies.get(broadcast.phase)
+        if cached is not None:
+            return cached
         if self.stage != "collaborative":
             raise ProtocolError(
                 f"client {self.client_id} has finished; got phase {broadcast.phase}"
@@ -655,8 +625,7 @@ class PFPNEClient:
         else:
             report = self._stage_one(broadcast, protected, evaluate)
         self.phase = broadcast.phase
-        self._last = (broadcast.phase, report)
-        return report
+        return self._replies.put(broadcast.phase, report)
 
     def _new_protected(
         self, b: PFPNEBroadcast
@@ -702,8 +671,8 @@ class PFPNEClient:
     ) -> PFPNEReport:
         t_h, n_nodes = b.pulls_per_node, len(b.nodes)
         n_pulls = min(self.budget - self.used, n_nodes * t_h)
-        X = np.repeat(self.points(b.depth, b.nodes), t_h, axis=0)[:n_pulls]
-        rewards = self._pull(evaluate, X)
+        X = np.repeat(self.partition.centres(b.depth, b.nodes), t_h, axis=0)[:n_pulls]
+        rewards = evaluate_checked(evaluate, X)
         # commit
         self.protected.update(protected)
         self.used += n_pulls
@@ -749,8 +718,8 @@ class PFPNEClient:
             pulls_u = np.minimum(need, np.maximum(n - (np.cumsum(need) - need), 0))
             if n:
                 sel = pulls_u > 0
-                X = np.repeat(self.points(h, u[sel]), pulls_u[sel], axis=0)
-                rewards = self._pull(evaluate, X)
+                X = np.repeat(self.partition.centres(h, u[sel]), pulls_u[sel], axis=0)
+                rewards = evaluate_checked(evaluate, X)
                 owner = np.repeat(u[sel], pulls_u[sel])
                 for i, r in zip(owner.tolist(), rewards.tolist(), strict=True):
                     count[(h, i)] = count.get((h, i), 0) + 1

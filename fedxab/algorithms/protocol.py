@@ -16,12 +16,13 @@ it). They carry summary statistics only: a raw reward never leaves a client.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
-from fedxab.errors import ProtocolError
+from fedxab.algorithms.base import check_reward
+from fedxab.errors import InvalidRewardError, ProtocolError
 
 Evaluate = Callable[[np.ndarray], np.ndarray]
 """``evaluate(X) -> rewards``: the client's noisy objective on a batch of points."""
@@ -117,6 +118,160 @@ class Finished:
             recommendation=wire_array(data, "recommendation", "f"),
             reason=reason,
         )
+
+
+@dataclass(frozen=True)
+class MeansReport:
+    """Client -> server: one local mean per active node (or arm), in the broadcast's order.
+
+    ``complete=False`` (with no means) says the client's budget ended inside the phase, or
+    acknowledges a broadcast that asks for no statistics. Subclasses only set ``kind``.
+    """
+
+    phase: int
+    client: int
+    complete: bool
+    means: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    kind: ClassVar[str] = "means.report"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "client": self.client,
+            "complete": self.complete,
+            "means": self.means,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
+        check_kind(data, cls.kind)
+        complete = wire_bool(data, "complete")
+        means = wire_array(data, "means", "f")
+        if not complete and means.size:
+            raise ProtocolError("field 'means' must be empty in an incomplete report")
+        return cls(
+            phase=wire_int(data, "phase", 1),
+            client=wire_int(data, "client"),
+            complete=complete,
+            means=means,
+        )
+
+
+R = TypeVar("R")
+
+
+class ReportInbox(Generic[R]):
+    """A server's phase barrier: at most one report per client for the open phase.
+
+    :meth:`admit` checks what every federated server checks (a phase is open, the client id is
+    valid and is the report's claimed sender, the report is for the open phase) and says whether
+    the report is new; a duplicate returns ``False`` and is never counted twice. Reports are read
+    back in increasing client order, so aggregation does not depend on arrival order.
+    """
+
+    def __init__(self, n_clients: int) -> None:
+        self.n_clients = n_clients
+        self.phase: int | None = None
+        self._reports: dict[int, R] = {}
+
+    def open(self, phase: int) -> None:
+        self.phase = phase
+        self._reports = {}
+
+    def close(self) -> None:
+        self.phase = None
+
+    def admit(self, client: int, report: Any) -> bool:
+        if self.phase is None:
+            raise ProtocolError("no phase is open")
+        sender = getattr(report, "client", None)
+        if not 0 <= client < self.n_clients or sender != client:
+            raise ProtocolError(
+                f"report from client {sender} received as client {client}; "
+                f"expected an id in 0..{self.n_clients - 1}"
+            )
+        if report.phase != self.phase:
+            raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
+        return client not in self._reports
+
+    def store(self, client: int, report: R) -> None:
+        self._reports[client] = report
+
+    def ready(self) -> bool:
+        return len(self._reports) == self.n_clients
+
+    def __len__(self) -> int:
+        return len(self._reports)
+
+    def received(self) -> list[R]:
+        """The reports received so far, in increasing client order (possibly none)."""
+        return [self._reports[m] for m in sorted(self._reports)]
+
+    def in_order(self) -> list[R]:
+        """The reports to aggregate, in increasing client order; at least one is needed."""
+        if not self._reports:
+            raise ProtocolError(f"phase {self.phase} has no report to aggregate")
+        return self.received()
+
+
+def check_means_report(report: MeansReport, truncated: bool, n_values: int) -> None:
+    """A :class:`MeansReport` fits its phase: complete with ``n_values`` means exactly when the
+    phase asks for statistics and fits the budget (``truncated`` says it does not)."""
+    if report.complete:
+        if truncated:
+            raise ProtocolError(
+                "a complete report for a phase that ends the horizon or asks for no statistics"
+            )
+        if report.means.shape != (n_values,):
+            raise ProtocolError(
+                f"field 'means' must hold {n_values} values, got {report.means.shape}"
+            )
+    elif not truncated:
+        raise ProtocolError("an incomplete report for a phase that fits the budget")
+
+
+class ReplyCache(Generic[R]):
+    """A client's last answer, so that a redelivered broadcast is answered without pulling again."""
+
+    def __init__(self) -> None:
+        self.phase: int | None = None
+        self.report: R | None = None
+
+    def get(self, phase: int) -> R | None:
+        """The report already sent for ``phase``, or ``None`` for a new phase.
+
+        A broadcast older than the last one answered is stale and raises ProtocolError.
+        """
+        if self.phase is not None and phase < self.phase:
+            raise ProtocolError(
+                f"stale broadcast for phase {phase}; phase {self.phase} was already answered"
+            )
+        return self.report if phase == self.phase else None
+
+    def put(self, phase: int, report: R) -> R:
+        self.phase, self.report = phase, report
+        return report
+
+
+def evaluate_checked(evaluate: Evaluate, X: np.ndarray) -> np.ndarray:
+    """``evaluate(X)`` as a float vector of one finite reward per row of ``X``.
+
+    Raises :class:`~fedxab.errors.InvalidRewardError` naming the first bad point, before the
+    caller changes any state.
+    """
+    if len(X) == 0:
+        return np.empty(0)
+    rewards = np.asarray(evaluate(X), dtype=float).reshape(-1)
+    if rewards.shape != (len(X),):
+        raise InvalidRewardError(
+            f"evaluate() returned {rewards.shape[0]} rewards for {len(X)} points"
+        )
+    if not np.all(np.isfinite(rewards)):
+        bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
+        check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
+    return rewards
 
 
 class FederatedServer(Protocol):

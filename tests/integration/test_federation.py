@@ -230,7 +230,7 @@ class _Greedy(FedPNEClient):
     """A buggy client: pulls one point more than the broadcast asks for."""
 
     def answer(self, broadcast, evaluate):
-        evaluate(self.points(broadcast.depth, broadcast.nodes[:1]))
+        evaluate(self.partition.centres(broadcast.depth, broadcast.nodes[:1]))
         return super().answer(broadcast, evaluate)
 
 

@@ -293,3 +293,15 @@ def test_integer_fields_sent_as_float_lists_are_rejected_not_truncated():
     with pytest.raises(ProtocolError, match="must hold integers"):
         FedPNEBroadcast.from_wire(wire)
     assert FedPNEBroadcast.from_wire({**wire, "nodes": [1, 2]}).nodes.tolist() == [1, 2]
+
+
+def test_a_stale_broadcast_is_refused_without_pulling():
+    server, clients = _federation(1, 2000)
+    first = server.start()
+    server.receive(0, clients[0].answer(first, garland))
+    second = server.close_phase()
+    clients[0].answer(second, garland)
+    used = clients[0].used
+    with pytest.raises(ProtocolError, match="stale broadcast for phase 1"):
+        clients[0].answer(first, garland)
+    assert clients[0].used == used

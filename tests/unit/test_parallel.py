@@ -395,7 +395,6 @@ def test_malformed_broadcasts_are_rejected(change, match):
         ({"kind": "parallel.broadcast"}, "kind"),
         ({"means": np.array([np.nan, 1.0])}, "NaN"),
         ({"means": np.array([[1.0, 2.0]])}, "dimension"),
-        ({"means": np.empty(0)}, "empty in a complete"),
         ({"complete": False}, "must be empty"),
         ({"complete": 1}, "boolean"),
         ({"client": -1}, "client"),
@@ -422,7 +421,9 @@ def test_bad_reports_are_rejected_and_change_nothing():
         server.receive(2, ParallelReport(1, 2, True, good.means))
     with pytest.raises(ProtocolError, match="must hold 1 values"):
         server.receive(0, ParallelReport(1, 0, True, np.array([0.1, 0.2])))
-    with pytest.raises(ProtocolError, match="incomplete report for a level that fits"):
+    with pytest.raises(ProtocolError, match="must hold 1 values"):  # complete but empty
+        server.receive(0, ParallelReport(1, 0, True, np.empty(0)))
+    with pytest.raises(ProtocolError, match="incomplete report for a phase that fits"):
         server.receive(0, ParallelReport(1, 0, False))
     with pytest.raises(ProtocolError, match="expected a 'parallel.report'"):
         server.receive(0, {"phase": 1, "client": 0})
@@ -435,7 +436,7 @@ def test_bad_reports_are_rejected_and_change_nothing():
     tiny.receive(0, tiny_clients[0].answer(bt, sharp_peak))
     b1 = tiny.close_phase()
     assert isinstance(b1, ParallelBroadcast) and tiny.truncated
-    with pytest.raises(ProtocolError, match="complete report for a level that exceeds"):
+    with pytest.raises(ProtocolError, match="complete report for a phase that ends the horizon"):
         tiny.receive(0, ParallelReport(2, 0, True, np.zeros(2)))
 
 

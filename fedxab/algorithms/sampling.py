@@ -1,0 +1,75 @@
+"""The client side shared by level-by-level algorithms (Fed-PNE, the m-player algorithm).
+
+The server names active nodes ``(depth, i)`` and a number of pulls per node; the client pulls
+every node that many times, node after node in increasing index, in ONE batch of evaluations
+([FX] Algorithm 1; Chen et al. Algorithm 1, player side), and reports one local mean per node.
+If its budget ends inside the phase it pulls until the budget is used and reports
+``complete=False``: the truncated phase is not aggregated (spec-fedpne-pfpne §4.5,
+spec-hct-poo-parallel §3.7). A redelivered broadcast gets the same report back without pulling
+again; an older one is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedxab.algorithms.partition import Partition
+from fedxab.algorithms.protocol import Evaluate, MeansReport, ReplyCache, evaluate_checked
+from fedxab.errors import ConfigError, ProtocolError
+from fedxab.validation import check_positive_int
+
+
+class NodeSamplingClient:
+    """Pulls the broadcast nodes ``pulls_per_node`` times each and reports their local means.
+
+    Subclasses set :attr:`report_class` and may override :meth:`_local_means` (what is
+    released, e.g. DP-Fed-PNE's noisy means).
+    """
+
+    report_class: ClassVar[type[MeansReport]] = MeansReport
+
+    def __init__(
+        self,
+        client_id: int,
+        domain: Sequence[Sequence[float]] | np.ndarray,
+        *,
+        budget: int,
+        k: int = 2,
+        split: str = "random",
+        seed: int = 0,
+        partition: Partition | None = None,
+    ) -> None:
+        if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
+            raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
+        self.client_id = client_id
+        self.budget = check_positive_int("run.budget", budget)
+        self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
+        self.used = 0
+        self._replies: ReplyCache[MeansReport] = ReplyCache()
+
+    def answer(self, broadcast: Any, evaluate: Evaluate) -> MeansReport:
+        """Pull every node of ``broadcast`` (one batch) and report the local means."""
+        cached = self._replies.get(broadcast.phase)
+        if cached is not None:
+            return cached
+        nodes, depth, t_h = broadcast.nodes, broadcast.depth, broadcast.pulls_per_node
+        if len(nodes) and int(nodes.max()) > self.partition.k**depth:
+            raise ProtocolError(f"node index {int(nodes.max())} does not exist at depth {depth}")
+        n_nodes = len(nodes)
+        n_pulls = min(self.budget - self.used, n_nodes * t_h)
+        points = self.partition.centres(depth, nodes)
+        rewards = evaluate_checked(evaluate, np.repeat(points, t_h, axis=0)[:n_pulls])
+        self.used += n_pulls
+        if n_pulls == n_nodes * t_h:
+            means = self._local_means(rewards.reshape(n_nodes, t_h), broadcast.phase)
+            report = self.report_class(broadcast.phase, self.client_id, True, means)
+        else:
+            report = self.report_class(broadcast.phase, self.client_id, False)
+        return self._replies.put(broadcast.phase, report)
+
+    def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
+        """The released statistic: each node's mean reward (rows = nodes, columns = pulls)."""
+        return rewards.mean(axis=1)
