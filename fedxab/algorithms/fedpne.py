@@ -19,9 +19,8 @@ The recommendation is the centre of the best node of the last completed phase.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -30,11 +29,9 @@ from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import (
     Finished,
     MeansReport,
+    NodesBroadcast,
     ReportInbox,
-    check_kind,
     check_means_report,
-    wire_array,
-    wire_int,
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
 from fedxab.errors import ProtocolError
@@ -43,39 +40,10 @@ from fedxab.validation import check_choice
 DEPTH_COUNTING = ("true", "literal")
 
 
-@dataclass(frozen=True)
-class FedPNEBroadcast:
+class FedPNEBroadcast(NodesBroadcast):
     """Server -> clients: the active nodes ``(depth, i)`` and the pulls per node ``t_h``."""
 
-    phase: int
-    depth: int
-    nodes: np.ndarray  # int64 indices i of the active nodes, increasing
-    pulls_per_node: int
-
     kind = "fedpne.broadcast"
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "depth": self.depth,
-            "nodes": self.nodes,
-            "pulls_per_node": self.pulls_per_node,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FedPNEBroadcast:
-        check_kind(data, cls.kind)
-        nodes = wire_array(data, "nodes", "i")
-        depth = wire_int(data, "depth")
-        if nodes.size == 0 or nodes.min() < 1 or np.any(np.diff(nodes) <= 0):
-            raise ProtocolError("field 'nodes' must be a non-empty increasing list of indices >= 1")
-        return cls(
-            phase=wire_int(data, "phase", 1),
-            depth=depth,
-            nodes=nodes,
-            pulls_per_node=wire_int(data, "pulls_per_node", 1),
-        )
 
 
 class FedPNEReport(MeansReport):

@@ -33,7 +33,7 @@ Server and players must use the same ``k``, ``split`` and ``seed`` (C-13).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +44,9 @@ from fedxab.algorithms.pne import children
 from fedxab.algorithms.protocol import (
     Finished,
     MeansReport,
+    NodesBroadcast,
     ReportInbox,
-    check_kind,
     check_means_report,
-    wire_array,
-    wire_int,
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
 from fedxab.errors import ConfigError, ProtocolError
@@ -76,47 +74,20 @@ def pulls_per_node(
 
 
 # ------------------------------------------------------------------------------------ messages
-@dataclass(frozen=True)
-class ParallelBroadcast:
+class ParallelBroadcast(NodesBroadcast):
     """Coordinator -> players: the level ``(depth, S_h)`` and the pulls per node ``T_h``.
 
     One phase per level, so ``depth == phase - 1`` always.
     """
 
-    phase: int
-    depth: int
-    nodes: np.ndarray  # int64 indices i of the nodes of S_h, increasing
-    pulls_per_node: int
-
     kind = "parallel.broadcast"
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "phase": self.phase,
-            "depth": self.depth,
-            "nodes": self.nodes,
-            "pulls_per_node": self.pulls_per_node,
-        }
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> ParallelBroadcast:
-        check_kind(data, cls.kind)
-        phase = wire_int(data, "phase", 1)
-        depth = wire_int(data, "depth")
-        if depth != phase - 1:
+    def validate(self) -> None:
+        if self.depth != self.phase - 1:
             raise ProtocolError(
-                f"field 'depth' must be phase - 1 = {phase - 1} (one level per phase), got {depth}"
+                f"field 'depth' must be phase - 1 = {self.phase - 1} (one level per phase), "
+                f"got {self.depth}"
             )
-        nodes = wire_array(data, "nodes", "i")
-        if nodes.size == 0 or nodes.min() < 1 or np.any(np.diff(nodes) <= 0):
-            raise ProtocolError("field 'nodes' must be a non-empty increasing list of indices >= 1")
-        return cls(
-            phase=phase,
-            depth=depth,
-            nodes=nodes,
-            pulls_per_node=wire_int(data, "pulls_per_node", 1),
-        )
 
 
 class ParallelReport(MeansReport):

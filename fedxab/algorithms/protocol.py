@@ -121,6 +121,49 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class NodesBroadcast:
+    """Server -> clients: pull each active node ``(depth, i)`` ``pulls_per_node`` times.
+
+    ``nodes`` holds the indices i, increasing and >= 1. Subclasses set ``kind`` and may add
+    checks in :meth:`validate`.
+    """
+
+    phase: int
+    depth: int
+    nodes: np.ndarray
+    pulls_per_node: int
+
+    kind: ClassVar[str] = "nodes.broadcast"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "depth": self.depth,
+            "nodes": self.nodes,
+            "pulls_per_node": self.pulls_per_node,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
+        check_kind(data, cls.kind)
+        nodes = wire_array(data, "nodes", "i")
+        if nodes.size == 0 or nodes.min() < 1 or np.any(np.diff(nodes) <= 0):
+            raise ProtocolError("field 'nodes' must be a non-empty increasing list of indices >= 1")
+        message = cls(
+            phase=wire_int(data, "phase", 1),
+            depth=wire_int(data, "depth"),
+            nodes=nodes,
+            pulls_per_node=wire_int(data, "pulls_per_node", 1),
+        )
+        message.validate()
+        return message
+
+    def validate(self) -> None:
+        """Algorithm-specific consistency checks of a decoded broadcast (none by default)."""
+
+
+@dataclass(frozen=True)
 class MeansReport:
     """Client -> server: one local mean per active node (or arm), in the broadcast's order.
 
