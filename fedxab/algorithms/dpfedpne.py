@@ -13,6 +13,12 @@ client records one :class:`~fedxab.privacy.mechanisms.PrivacyEvent` per complete
 
 The confidence level ``delta`` (in L, tau_h, b) and the privacy ``privacy_delta`` are separate
 parameters (spec F20).
+
+The guarantee needs bounded rewards: the paper assumes rewards in [0, 1], so that one reward
+moves a node's sum by at most 1. The client therefore clips every reward to ``reward_range``
+(default ``(0, 1)``) before adding noise, and calibrates sigma to the range's width (the L2
+sensitivity). A deployment whose rewards live elsewhere (e.g. Fed-PNE's offset clients) must
+declare its range; values outside it are clipped, never released as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants
+from fedxab.errors import ConfigError
 from fedxab.privacy.mechanisms import GaussianMechanism, PrivacyEvent
 from fedxab.seeding import stream
 
@@ -83,6 +90,7 @@ class DPFedPNEClient(FedPNEClient):
         epsilon: float,
         privacy_delta: float,
         calibration: str = "classic",
+        reward_range: Sequence[float] = (0.0, 1.0),
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -91,12 +99,29 @@ class DPFedPNEClient(FedPNEClient):
         super().__init__(
             client_id, domain, budget=budget, k=k, split=split, seed=seed, partition=partition
         )
-        self.mechanism = GaussianMechanism.calibrated(epsilon, privacy_delta, 1.0, calibration)
+        self.reward_range = _check_range(reward_range)
+        width = self.reward_range[1] - self.reward_range[0]
+        self.mechanism = GaussianMechanism.calibrated(epsilon, privacy_delta, width, calibration)
         self.seed = seed
         self.events: list[tuple[int, PrivacyEvent]] = []  # (phase, event), for the ledger
 
     def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
         rng = stream(self.seed, "dp-noise", self.client_id, phase)
-        noisy, event = self.mechanism.release(rewards, rng, scope=f"phase-{phase}")
+        clipped = np.clip(rewards, *self.reward_range)
+        noisy, event = self.mechanism.release(clipped, rng, scope=f"phase-{phase}")
         self.events.append((phase, event))
         return noisy.mean(axis=1)
+
+
+def _check_range(reward_range: Sequence[float]) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in reward_range)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            "algorithm.reward_range", f"must be [lower, upper], got {reward_range!r}"
+        ) from exc
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ConfigError(
+            "algorithm.reward_range", f"must be finite with lower < upper, got [{lo}, {hi}]"
+        )
+    return lo, hi

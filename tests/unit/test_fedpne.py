@@ -305,3 +305,22 @@ def test_a_stale_broadcast_is_refused_without_pulling():
     with pytest.raises(ProtocolError, match="stale broadcast for phase 1"):
         clients[0].answer(first, garland)
     assert clients[0].used == used
+
+
+def test_dp_client_clips_rewards_to_its_range_and_calibrates_to_its_width():
+    from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
+
+    server = DPFedPNEServer([[0, 1]], n_clients=1, budget=50, epsilon=0.5, privacy_delta=1e-3)
+    b = server.start()
+    wide = DPFedPNEClient(
+        0, [[0, 1]], budget=50, epsilon=0.5, privacy_delta=1e-3, reward_range=(-1.0, 3.0)
+    )
+    unit = DPFedPNEClient(0, [[0, 1]], budget=50, epsilon=0.5, privacy_delta=1e-3)
+    assert wide.mechanism.sigma == pytest.approx(4 * unit.mechanism.sigma)
+    # rewards of 100 are clipped to 1 before the noise: the released means stay near 1
+    report = unit.answer(b, lambda X: np.full(len(X), 100.0))
+    assert np.all(np.abs(report.means - 1.0) < 6 * unit.mechanism.sigma)
+    with pytest.raises(ConfigError, match="algorithm.reward_range"):
+        DPFedPNEClient(
+            0, [[0, 1]], budget=50, epsilon=0.5, privacy_delta=1e-3, reward_range=(2.0, 1.0)
+        )
