@@ -22,6 +22,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,3 +137,66 @@ def peak_rss_kib() -> int:
 def kib_to_mb(kib: float) -> float:
     """KiB -> MB (10^6 bytes)."""
     return kib * 1024.0 / 1e6
+
+
+# The probe process. ``ru_maxrss`` of a process started by fork + exec inherits the high-water
+# RSS of the process that spawned it (Linux keeps the pre-exec peak), which here would be the
+# calling benchmark's own peak. So the fresh interpreter forks once before importing anything (it
+# holds ~10 MB at that point) and the measurement runs in the forked process, whose peak-RSS
+# record starts from that small interpreter.
+_FRESH_PROCESS = """
+import os, sys
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    status = 1
+    try:
+        import importlib, json
+        sys.path.insert(0, sys.argv[1])
+        probe = getattr(importlib.import_module(sys.argv[2]), sys.argv[3])
+        os.write(w, json.dumps(probe(*json.loads(sys.argv[4]))).encode())
+        status = 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+os.close(w)
+chunks = []
+while chunk := os.read(r, 65536):
+    chunks.append(chunk)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+if code == 0:
+    print("PROBE-RESULT " + b"".join(chunks).decode())
+sys.exit(code)
+"""
+
+
+def run_in_fresh_process(module: str, function: str, *args: object) -> dict:
+    """``module.function(*args)`` (a benchmarks/ module) in a fresh, forked interpreter.
+
+    Returns the function's JSON-serialisable result; peak RSS read inside it is the probe's own.
+    """
+    import json
+    import subprocess
+    import sys
+
+    bench_dir = Path(__file__).resolve().parent
+    cmd = [
+        sys.executable,
+        "-c",
+        _FRESH_PROCESS,
+        str(bench_dir),
+        module,
+        function,
+        json.dumps(list(args)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=bench_dir.parent, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module}.{function} failed (exit {proc.returncode}):\n{proc.stderr}")
+    for line in proc.stdout.splitlines():
+        if line.startswith("PROBE-RESULT "):
+            return json.loads(line[len("PROBE-RESULT ") :])
+    raise RuntimeError(f"{module}.{function} printed no result:\n{proc.stdout}\n{proc.stderr}")

@@ -37,7 +37,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -51,7 +50,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from _common import GARLAND_F_STAR, garland, kib_to_mb, peak_rss_kib  # noqa: E402
+from _common import (  # noqa: E402
+    GARLAND_F_STAR,
+    garland,
+    kib_to_mb,
+    peak_rss_kib,
+    run_in_fresh_process,
+)
 
 # The benchmarked job (Fed-PNE's Garland experiment, spec-fedpne-pfpne §7).
 ALGORITHM = "fedpne"
@@ -259,54 +264,9 @@ def scale_probe(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
     }
 
 
-# The probe process. ``ru_maxrss`` of a process started by fork + exec inherits the high-water
-# RSS of the process that spawned it (Linux keeps the pre-exec peak), which here would be this
-# benchmark's own peak. So the fresh interpreter forks once before importing anything (it holds
-# ~10 MB at that point) and the measurement runs in the forked process, whose peak-RSS record
-# starts from that small interpreter (as in bench_hct_vs_pyxab.py).
-_CHILD = """
-import os, sys
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
-    status = 1
-    try:
-        import json
-        sys.path.insert(0, sys.argv[1])
-        import bench_federation as bench
-        res = bench.scale_probe(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
-        os.write(w, json.dumps(res).encode())
-        status = 0
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(status)
-os.close(w)
-chunks = []
-while chunk := os.read(r, 65536):
-    chunks.append(chunk)
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-if code == 0:
-    print("SCALE-PROBE " + b"".join(chunks).decode())
-sys.exit(code)
-"""
-
-
 def measure_scale(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
     """:func:`scale_probe` in a fresh process; its measurements, with RSS also in MB."""
-    cmd = [sys.executable, "-c", _CHILD, str(BENCH_DIR), str(clients), str(budget), str(seed)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=BENCH_DIR.parent, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"scale probe failed (exit {proc.returncode}):\n{proc.stderr}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("SCALE-PROBE "):
-            res = json.loads(line[len("SCALE-PROBE ") :])
-            break
-    else:
-        raise RuntimeError(f"scale probe printed no result:\n{proc.stdout}\n{proc.stderr}")
+    res = run_in_fresh_process("bench_federation", "scale_probe", clients, budget, seed)
     res["evaluations_per_s"] = res["evaluations"] / res["total_s"]
     for key in ("before_construction", "after_construction"):
         res[f"peak_rss_{key}_mb"] = kib_to_mb(res[f"peak_rss_{key}_kib"])

@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tracemalloc
 from importlib import metadata
@@ -57,6 +56,7 @@ from _common import (  # noqa: E402
     kib_to_mb,
     peak_rss_kib,
     pyxab_adapters,
+    run_in_fresh_process,
     uniform_noise,
 )
 
@@ -201,59 +201,8 @@ def memory_probe(budget: int, seed: int, trace: bool) -> dict[str, Any]:
     return out
 
 
-# The probe process. ``ru_maxrss`` of a process started by fork + exec inherits the high-water
-# RSS of the process that spawned it (Linux keeps the pre-exec peak), which here would be this
-# benchmark's own peak. So the fresh interpreter forks once before importing anything (it holds
-# ~10 MB at that point) and the measurement runs in the forked process, whose peak-RSS record
-# starts from that small interpreter.
-_CHILD = """
-import os, sys
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
-    status = 1
-    try:
-        import json
-        sys.path.insert(0, sys.argv[1])
-        import bench_hct_vs_pyxab as bench
-        res = bench.memory_probe(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1")
-        os.write(w, json.dumps(res).encode())
-        status = 0
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(status)
-os.close(w)
-chunks = []
-while chunk := os.read(r, 65536):
-    chunks.append(chunk)
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-if code == 0:
-    print("MEMORY-PROBE " + b"".join(chunks).decode())
-sys.exit(code)
-"""
-
-
 def _run_child(budget: int, seed: int, trace: bool) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-c",
-        _CHILD,
-        str(BENCH_DIR),
-        str(budget),
-        str(seed),
-        "1" if trace else "0",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=BENCH_DIR.parent, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory probe failed (exit {proc.returncode}):\n{proc.stderr}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("MEMORY-PROBE "):
-            return json.loads(line[len("MEMORY-PROBE ") :])
-    raise RuntimeError(f"memory probe printed no result:\n{proc.stdout}\n{proc.stderr}")
+    return run_in_fresh_process("bench_hct_vs_pyxab", "memory_probe", budget, seed, trace)
 
 
 def measure_memory(budget: int, seed: int = 0) -> dict[str, Any]:
