@@ -325,6 +325,56 @@ def plot(
     _console().print(f"plot: {path}", soft_wrap=True, markup=False)
 
 
+@app.command()
+def reproduce(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Experiment (figure) name; see --list.", show_default=False),
+    ] = None,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the experiments with a description and exit.")
+    ] = False,
+    seeds: Annotated[int, typer.Option(help="Runs per algorithm (seeds 0..N-1).")] = 10,
+    budget: Annotated[
+        int | None,
+        typer.Option(help="Override T, evaluations per client (per player).", show_default=False),
+    ] = None,
+    clients: Annotated[
+        int | None, typer.Option(help="Override M, the number of clients.", show_default=False)
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Results directory (default: results/reproduce/NAME)."),
+    ] = None,
+    figure: Annotated[
+        Path | None, typer.Option(help="Figure file (default: OUTPUT/NAME.png).")
+    ] = None,
+    plot_only: Annotated[
+        bool, typer.Option("--plot-only", help="Redraw the figure from OUTPUT's results.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No estimate, progress bar or table.")
+    ] = False,
+) -> None:
+    """Reproduce a figure of the federated papers: every algorithm over N seeds, results.json
+    per algorithm and a PNG with mean ± 1 std bands (see fedxab.reproduce)."""
+    from fedxab.reproduce import command
+
+    with _errors_as_exit_code():
+        command(
+            _console(),
+            name,
+            list_only=list_,
+            seeds=seeds,
+            budget=budget,
+            clients=clients,
+            output=output,
+            figure=figure,
+            plot_only=plot_only,
+            quiet=quiet,
+        )
+
+
 def main() -> None:
     """Entry point of the ``fedxab`` console script."""
     app()
