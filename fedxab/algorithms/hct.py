@@ -346,13 +346,6 @@ class HCT:
     def n_nodes(self) -> int:
         return len(self.depth)
 
-    def node_id(self, h: int, i: int) -> int:
-        """The id of node ``(h, i)`` in this tree (``KeyError`` if it has not been created)."""
-        for node, (dh, di) in enumerate(zip(self.depth, self.index, strict=True)):
-            if dh == h and di == i:
-                return node
-        raise KeyError((h, i))
-
     def empirical_mean(self) -> float:
         """Mean of all rewards received so far (used by POO to pick an instance)."""
         return self.reward_sum / self.t if self.t else -_INF
