@@ -41,14 +41,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fedxab import regret as _regret
+from fedxab.agents.evaluation import (
+    BudgetExceededError,
+    ClientEvaluator,
+    GlobalValues,
+    RegretSums,
+)
 from fedxab.agents.local import ProgressCallback, RunStartCallback, objective_info
-from fedxab.algorithms.protocol import Evaluate, Finished
+from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import make_federation
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
@@ -56,14 +61,12 @@ from fedxab.errors import ConfigError, FedxabError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.families import (
     ClientFamily,
-    OffsetObjective,
     input_shift_family,
     value_offset_family,
 )
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord, RunResults, summarize_communication
-from fedxab.seeding import stream
 
 __all__ = [
     "Federation",
@@ -103,6 +106,91 @@ class PhaseCommunication:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def phase_communication(
+    broadcast: Any,
+    broadcast_bytes: int,
+    messages_down: int,
+    messages_up: int,
+    bytes_up: int,
+    accepted: int,
+    evaluations: int,
+) -> PhaseCommunication:
+    """One phase's counts: ``broadcast`` went to ``messages_down`` clients (``broadcast_bytes``
+    each), ``messages_up`` reports of ``bytes_up`` bytes in all came back."""
+    depth = getattr(broadcast, "depth", None)
+    return PhaseCommunication(
+        phase=int(broadcast.phase),
+        depth=None if depth is None else int(depth),
+        messages_up=messages_up,
+        messages_down=messages_down,
+        bytes_up=bytes_up,
+        bytes_down=broadcast_bytes * messages_down,
+        reports_accepted=accepted,
+        evaluations=evaluations,
+    )
+
+
+def communication_block(n_clients: int, phases: list[PhaseCommunication]) -> dict[str, Any]:
+    """A run's ``communication`` block: totals and the per-phase list."""
+    return {
+        "clients": n_clients,
+        "rounds": len(phases),
+        "messages_up": sum(p.messages_up for p in phases),
+        "messages_down": sum(p.messages_down for p in phases),
+        "bytes_up": sum(p.bytes_up for p in phases),
+        "bytes_down": sum(p.bytes_down for p in phases),
+        "per_phase": [p.to_dict() for p in phases],
+    }
+
+
+def check_budgets_used(used: np.ndarray, budget: int) -> None:
+    """Raise :class:`FederationError` unless every client used exactly its budget ``budget``."""
+    short = np.nonzero(used != budget)[0]
+    if short.size:
+        detail = ", ".join(f"client {m}: {int(used[m])}" for m in short[:5])
+        raise FederationError(
+            f"{short.size} client(s) did not use exactly their budget T = {budget} "
+            f"evaluations ({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
+        )
+
+
+def federated_record(
+    seed: int,
+    family: ClientFamily,
+    sums: RegretSums,
+    recommendation: np.ndarray,
+    wall: float,
+    communication: dict[str, Any],
+) -> RunRecord:
+    """The :class:`RunRecord` of a federated run from its flushed regret sums."""
+    rounds = _regret.round_grid(sums.budget)
+    glob = family.global_objective
+    cum, local = sums.curves(rounds)
+    simple = None
+    if glob.optimum_value is not None:
+        value = float(glob(recommendation[None])[0])
+        simple = _regret.simple_regret(float(glob.optimum_value), value)
+    log.debug(
+        "seed %d: %d clients x %d evaluations, %d phases in %.3f s",
+        seed,
+        sums.n_clients,
+        sums.budget,
+        communication["rounds"],
+        wall,
+    )
+    return RunRecord(
+        seed=seed,
+        rounds=rounds,
+        cumulative_regret=cum,
+        recommendation=recommendation,
+        simple_regret=simple,
+        evaluations=int(sums.used.sum()),
+        wall_time_s=wall,
+        local_cumulative_regret=local,
+        communication=communication,
+    )
 
 
 def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
@@ -163,86 +251,48 @@ class Federation:
             seed=seed,
             params={k: v for k, v in config.to_dict()["algorithm"].items() if k != "name"},
         )
-        self.used = np.zeros(self.n_clients, dtype=np.int64)
         self.phases: list[PhaseCommunication] = []
-        self.points: list[list[np.ndarray]] | None = (
-            [[] for _ in range(self.n_clients)] if keep_points else None
-        )
         glob = self.family.global_objective
         self.f_star = glob.optimum_value
-        local_stars = [c.optimum_value for c in self.family.clients]
-        self.local_f_stars = None if any(v is None for v in local_stars) else local_stars
-        # per round t (index t-1): sum over clients of the regret terms
-        self._global = np.zeros(self.budget) if self.f_star is not None else None
-        self._local = np.zeros(self.budget) if self.local_f_stars is not None else None
-        self._last_x: np.ndarray | None = None
-        self._last_g: np.ndarray | None = None
+        shared = GlobalValues(glob)
+        self.evaluators = [
+            ClientEvaluator(
+                m,
+                self.family,
+                self.noise,
+                seed=seed,
+                budget=self.budget,
+                global_values=shared,
+                keep_points=keep_points,
+            )
+            for m in range(self.n_clients)
+        ]
+        self.sums = RegretSums(
+            self.n_clients,
+            self.budget,
+            global_known=self.f_star is not None,
+            local_known=all(c.optimum_value is not None for c in self.family.clients),
+        )
         self.recommendation: np.ndarray | None = None
 
-    # ------------------------------------------------------------------ objective evaluation
-    def _global_values(self, X: np.ndarray) -> np.ndarray:
-        """``f(X)``, reusing the last batch's values when a client pulls the same points (the
-        synchronised schedules of the phased algorithms: every client pulls the same nodes)."""
-        last = self._last_x
-        if last is not None and last.shape == X.shape and np.array_equal(last, X):
-            return self._last_g  # type: ignore[return-value]
-        g = self.family.global_objective(X)
-        self._last_x, self._last_g = X.copy(), g
-        return g
+    @property
+    def used(self) -> np.ndarray:
+        """Evaluations per client so far."""
+        return np.array([e.used for e in self.evaluators], dtype=np.int64)
 
-    def _local_function(self, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset)."""
-        obj = self.family.clients[m]
-        glob = self.family.global_objective
-        if obj is glob:
-            return lambda X, g: g
-        if isinstance(obj, OffsetObjective) and obj.base is glob:
-            offset = obj.offset
-            return lambda X, g: g + offset
-        return lambda X, g: obj(X)
-
-    def evaluator(self, m: int) -> Evaluate:
-        """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret recorded."""
-        rng = stream(self.seed, "noise", m)
-        local = self._local_function(m)
-        sample = self.noise.sample
-        budget = self.budget
-        used = self.used
-        f_star = self.f_star
-        fm_star = None if self.local_f_stars is None else self.local_f_stars[m]
-        g_sum, l_sum = self._global, self._local
-        points = None if self.points is None else self.points[m]
-
-        def evaluate(X: np.ndarray) -> np.ndarray:
-            X = np.asarray(X, dtype=np.float64)
-            n = X.shape[0]
-            p = int(used[m])
-            if p + n > budget:
-                raise FederationError(
-                    f"client {m} asked for {n} evaluations with {budget - p} left of its "
-                    f"budget T = {budget} (algorithm bug: a client must never exceed T)"
-                )
-            g = self._global_values(X)
-            fm = local(X, g)
-            rewards = fm + sample(fm, rng)
-            if g_sum is not None:
-                g_sum[p : p + n] += f_star - g
-            if l_sum is not None:
-                l_sum[p : p + n] += fm_star - fm
-            if points is not None:
-                points.append(X.copy())
-            used[m] = p + n
-            return rewards
-
-        return evaluate
+    @property
+    def points(self) -> list[list[np.ndarray]] | None:
+        """With ``keep_points=True``, ``points[m]``: the batches client m evaluated, in order."""
+        if self.evaluators and self.evaluators[0].points is None:
+            return None
+        return [e.points for e in self.evaluators]  # type: ignore[misc]
 
     # ---------------------------------------------------------------------------- the loop
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
         """Run the federation to its end; the record of regret, answer and communication."""
         server, clients = self.server, self.clients
         n_clients, budget = self.n_clients, self.budget
-        evaluators = [self.evaluator(m) for m in range(n_clients)]
-        used = self.used
+        evaluators, sums = self.evaluators, self.sums
         every = max(1, budget // _PROGRESS_UPDATES)
         next_report = every
         running, counted = 0.0, 0
@@ -253,33 +303,29 @@ class Federation:
         while not isinstance(msg, Finished):
             wire = packb(msg.to_wire())
             broadcast_cls = type(msg)
-            before = int(used.sum())
+            phase = int(msg.phase)
             bytes_up = accepted = 0
             for m, client in enumerate(clients):
                 broadcast = broadcast_cls.from_wire(unpackb(wire))
-                report = client.answer(broadcast, evaluators[m])
+                try:
+                    report = client.answer(broadcast, evaluators[m])
+                except BudgetExceededError as exc:
+                    raise FederationError(str(exc)) from exc
+                sums.add(evaluators[m].take(phase))
                 data = packb(report.to_wire())
                 bytes_up += len(data)
                 if server.receive(m, type(report).from_wire(unpackb(data))):
                     accepted += 1
-            phase = int(getattr(msg, "phase", len(self.phases) + 1))
+            sums.flush()
             if not server.ready():
                 raise FederationError(
                     f"phase {phase}: the server's barrier is not met after all {n_clients} "
                     f"clients reported ({accepted} reports accepted)"
                 )
-            depth = getattr(msg, "depth", None)
-            evaluations = int(used.sum()) - before
+            evaluations = sums.evaluations_by_phase.get(phase, 0)
             self.phases.append(
-                PhaseCommunication(
-                    phase=phase,
-                    depth=None if depth is None else int(depth),
-                    messages_up=n_clients,
-                    messages_down=n_clients,
-                    bytes_up=bytes_up,
-                    bytes_down=len(wire) * n_clients,
-                    reports_accepted=accepted,
-                    evaluations=evaluations,
+                phase_communication(
+                    msg, len(wire), n_clients, n_clients, bytes_up, accepted, evaluations
                 )
             )
             idle = idle + 1 if evaluations == 0 else 0
@@ -289,75 +335,32 @@ class Federation:
                     "the algorithm does not terminate"
                 )
             if progress is not None:
-                done = int(used.min())
+                done = int(sums.used.min())
                 if done >= next_report or done == budget:
-                    if self._global is not None:
-                        running += float(self._global[counted:done].sum())
+                    if sums.global_sum is not None:
+                        running += float(sums.global_sum[counted:done].sum())
                     counted = done
-                    cum = running / n_clients if self._global is not None else float("nan")
+                    cum = running / n_clients if sums.global_sum is not None else float("nan")
                     progress(done, budget, cum)
                     next_report = (done // every + 1) * every
             msg = server.close_phase()
         wall = time.perf_counter() - t0
 
-        short = np.nonzero(used != budget)[0]
-        if short.size:
-            detail = ", ".join(f"client {m}: {int(used[m])}" for m in short[:5])
-            raise FederationError(
-                f"{short.size} client(s) did not use exactly their budget T = {budget} "
-                f"evaluations ({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
-            )
+        check_budgets_used(sums.used, budget)
         recommendation = np.asarray(msg.recommendation, dtype=np.float64).reshape(-1).copy()
         self.recommendation = recommendation
-        return self._record(recommendation, wall)
-
-    def _record(self, recommendation: np.ndarray, wall: float) -> RunRecord:
-        m, budget = self.n_clients, self.budget
-        rounds = _regret.round_grid(budget)
-        glob = self.family.global_objective
-        if self._global is not None:
-            cum = _regret.at_rounds(_regret.cumulative_regret(self._global) / m, rounds)
-            value = float(glob(recommendation[None])[0])
-            simple = _regret.simple_regret(float(self.f_star), value)  # type: ignore[arg-type]
-        else:
-            cum, simple = None, None
-        local = (
-            None
-            if self._local is None
-            else _regret.at_rounds(_regret.cumulative_regret(self._local) / m, rounds)
-        )
-        log.debug(
-            "seed %d: %d clients x %d evaluations, %d phases in %.3f s",
+        return federated_record(
             self.seed,
-            m,
-            budget,
-            len(self.phases),
+            self.family,
+            sums,
+            recommendation,
             wall,
-        )
-        return RunRecord(
-            seed=self.seed,
-            rounds=rounds,
-            cumulative_regret=cum,
-            recommendation=recommendation,
-            simple_regret=simple,
-            evaluations=int(self.used.sum()),
-            wall_time_s=wall,
-            local_cumulative_regret=local,
-            communication=self.communication(),
+            self.communication(),
         )
 
     def communication(self) -> dict[str, Any]:
         """The run's ``communication`` block: totals and the per-phase list."""
-        phases = self.phases
-        return {
-            "clients": self.n_clients,
-            "rounds": len(phases),
-            "messages_up": sum(p.messages_up for p in phases),
-            "messages_down": sum(p.messages_down for p in phases),
-            "bytes_up": sum(p.bytes_up for p in phases),
-            "bytes_down": sum(p.bytes_down for p in phases),
-            "per_phase": [p.to_dict() for p in phases],
-        }
+        return communication_block(self.n_clients, self.phases)
 
 
 def run_federated(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:

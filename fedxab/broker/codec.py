@@ -2,8 +2,10 @@
 
 Broadcasts and reports (DESIGN.md, Contracts: Federated protocol) turn into plain data with
 ``to_wire()``: maps with string keys, lists, strings, numbers, booleans, ``None``, bytes, and
-numpy arrays. :func:`packb` writes that as msgpack; :func:`unpackb` reads it back. The envelope
-(schema version, run id, phase, sender, message id) wraps this payload in a later issue.
+numpy arrays. :func:`packb` writes that as msgpack; :func:`unpackb` reads it back. On a broker,
+every message travels in an :class:`Envelope` (schema version, run id, kind, phase, sender,
+message id, send time) whose ``payload`` is those msgpack bytes, unchanged: the payload's size is
+what the results count as communication, whatever the transport.
 
 Numpy arrays travel as msgpack extension type :data:`NDARRAY_EXT` (code 1) whose body is the
 msgpack of ``[dtype.str, shape, raw C-order bytes]``, for numeric dtypes only (bool, signed and
@@ -22,14 +24,26 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 import msgpack
 import numpy as np
 
 from fedxab.errors import ProtocolError
 
-__all__ = ["MAX_NDIM", "NDARRAY_EXT", "packb", "unpackb"]
+__all__ = [
+    "ENVELOPE_KINDS",
+    "MAX_MESSAGE_BYTES",
+    "MAX_NDIM",
+    "NDARRAY_EXT",
+    "SCHEMA_VERSION",
+    "SERVER",
+    "Envelope",
+    "client_sender",
+    "packb",
+    "unpackb",
+]
 
 NDARRAY_EXT = 1
 """msgpack extension type code of a numpy array."""
@@ -164,3 +178,172 @@ def unpackb(data: bytes | bytearray | memoryview) -> Any:
     except Exception as exc:  # any failure on untrusted bytes is a malformed message
         reason = str(exc) or type(exc).__name__
         raise ProtocolError(f"malformed message: {reason}") from exc
+
+
+# ---------------------------------------------------------------------------------- envelope
+SCHEMA_VERSION = 1
+"""Envelope schema this fedxab writes and reads; another version is refused, never guessed."""
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest encoded envelope accepted (a guard against memory exhaustion by a hostile peer)."""
+
+ENVELOPE_KINDS = (
+    "broadcast",  # server -> clients: the phase's broadcast, or the final answer
+    "report",  # client -> server: the client's report for a phase
+    "join",  # client -> server (control): the client takes part in the run
+    "leave",  # client -> server (control): the client stops for good
+    "heartbeat",  # client -> server (control): the client is alive
+    "telemetry",  # client -> server (control): simulation-only regret terms, see agents
+    "abort",  # server -> clients (control): the run is stopped
+    "ledger",  # either way (ledger topic): a privacy event
+)
+
+SERVER = "server"
+"""The server's sender name; a client's is :func:`client_sender` of its id."""
+
+_CLIENT_PREFIX = "client-"
+_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+def client_sender(client_id: int) -> str:
+    """The sender name of client ``client_id`` (``"client-7"``)."""
+    return f"{_CLIENT_PREFIX}{int(client_id)}"
+
+
+def _check_sender(sender: str) -> None:
+    if sender == SERVER:
+        return
+    digits = sender[len(_CLIENT_PREFIX) :] if sender.startswith(_CLIENT_PREFIX) else ""
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        raise ProtocolError(
+            f"envelope field 'sender' must be {SERVER!r} or 'client-<id>', got {sender!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What travels on a broker topic: routing and dedupe fields around a payload.
+
+    ``(run_id, phase, sender, msg_id)`` identifies a message: a receiver that has handled it once
+    drops every later copy (at-least-once delivery plus dedupe, DESIGN.md Contracts: Broker).
+    ``payload`` is the msgpack of a message's ``to_wire()`` (or of a control body); its decoding
+    is the receiver's job (:meth:`body`), so routing never needs to parse it.
+    """
+
+    run_id: str
+    kind: str
+    phase: int
+    sender: str
+    msg_id: str
+    payload: bytes
+    sent_at: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def client_id(self) -> int | None:
+        """The sending client's id, or ``None`` for the server."""
+        return None if self.sender == SERVER else int(self.sender[len(_CLIENT_PREFIX) :])
+
+    @property
+    def dedupe_key(self) -> tuple[str, int, str, str]:
+        return (self.run_id, self.phase, self.sender, self.msg_id)
+
+    def body(self) -> Any:
+        """The decoded payload (raises :class:`ProtocolError` if it is malformed)."""
+        return unpackb(self.payload)
+
+    def encode(self) -> bytes:
+        """The envelope as msgpack bytes (a map; the payload as a byte string)."""
+        return packb(
+            {
+                "schema_version": self.schema_version,
+                "run_id": self.run_id,
+                "kind": self.kind,
+                "phase": self.phase,
+                "sender": self.sender,
+                "msg_id": self.msg_id,
+                "sent_at": self.sent_at,
+                "payload": self.payload,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview) -> Self:
+        """Parse and validate an encoded envelope; every defect raises one clear ProtocolError.
+
+        Checked: size, msgpack well-formedness, a map with exactly the envelope's fields, the
+        schema version (an unknown one is named), and each field's type and range.
+        """
+        if isinstance(data, bytes | bytearray | memoryview) and len(data) > MAX_MESSAGE_BYTES:
+            raise ProtocolError(
+                f"envelope of {len(data)} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
+            )
+        raw = unpackb(data)
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"envelope must be a map, got {type(raw).__name__}")
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION or isinstance(version, bool):
+            raise ProtocolError(
+                f"envelope field 'schema_version': unknown schema version {version!r}; "
+                f"this fedxab reads version {SCHEMA_VERSION} only"
+            )
+        expected = {f for f in cls.__dataclass_fields__}
+        extra = sorted(set(raw) - expected)
+        missing = sorted(expected - set(raw))
+        if extra or missing:
+            what = "; ".join(
+                part
+                for part in (
+                    f"unknown field(s) {extra}" if extra else "",
+                    f"missing field(s) {missing}" if missing else "",
+                )
+                if part
+            )
+            raise ProtocolError(f"envelope: {what}")
+        for name in ("run_id", "msg_id"):
+            value = raw[name]
+            if not isinstance(value, str) or not _ID_RE.fullmatch(value):
+                raise ProtocolError(
+                    f"envelope field {name!r} must be 1 to 200 letters, digits or '_.:-', "
+                    f"got {value!r:.80}"
+                )
+        kind = raw["kind"]
+        if kind not in ENVELOPE_KINDS:
+            raise ProtocolError(
+                f"envelope field 'kind' must be one of {', '.join(ENVELOPE_KINDS)}, "
+                f"got {kind!r:.80}"
+            )
+        phase = raw["phase"]
+        if isinstance(phase, bool) or not isinstance(phase, int) or not 0 <= phase < 2**31:
+            raise ProtocolError(
+                f"envelope field 'phase' must be an integer in [0, 2^31), got {phase!r:.80}"
+            )
+        sender = raw["sender"]
+        if not isinstance(sender, str):
+            raise ProtocolError(f"envelope field 'sender' must be a string, got {sender!r:.80}")
+        _check_sender(sender)
+        sent_at = raw["sent_at"]
+        if (
+            isinstance(sent_at, bool)
+            or not isinstance(sent_at, int | float)
+            or not math.isfinite(sent_at)
+            or sent_at < 0
+        ):
+            raise ProtocolError(
+                f"envelope field 'sent_at' must be a finite time >= 0, got {sent_at!r:.80}"
+            )
+        payload = raw["payload"]
+        if not isinstance(payload, bytes):
+            raise ProtocolError(
+                f"envelope field 'payload' must be a byte string, got {type(payload).__name__}"
+            )
+        return cls(
+            run_id=raw["run_id"],
+            kind=kind,
+            phase=phase,
+            sender=sender,
+            msg_id=raw["msg_id"],
+            payload=payload,
+            sent_at=float(sent_at),
+            schema_version=version,
+        )

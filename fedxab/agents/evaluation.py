@@ -1,0 +1,257 @@
+"""Client evaluation with regret bookkeeping, shared by every transport.
+
+A simulated federation knows each client's objective exactly, so it can measure regret. Two
+pieces do that, the same way in-process and on a broker, so that the same seed gives bit-identical
+regret curves on every transport:
+
+- :class:`ClientEvaluator` is client m's ``evaluate(X)``: it evaluates ``f_m`` on the whole
+  batch, adds noise from the stream ``(seed, "noise", m)`` (one sequential stream: a client that
+  replays its phases from the start redraws exactly the same noise) and keeps, per pull, the
+  noise-free regret terms ``f* - f(x)`` (global objective) and ``f_m* - f_m(x)`` (its own).
+  :meth:`ClientEvaluator.take` hands over what the client evaluated since the last call as one
+  :class:`Telemetry` (start position in the client's budget, count, terms);
+- :class:`RegretSums` adds the clients' telemetry into per-round sums over clients, always in
+  (phase, client) order, whatever order it arrived in. Summing in one fixed order is what makes
+  floating-point results independent of the transport.
+
+Telemetry is simulation bookkeeping, never part of the algorithm: the server state machine never
+sees it. Over a broker, clients send it on the control topic; with an unknown optimum it carries
+only the counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedxab import regret as _regret
+from fedxab.algorithms.protocol import wire_array, wire_int
+from fedxab.errors import FedxabError, ProtocolError
+from fedxab.objectives.base import Objective
+from fedxab.objectives.families import ClientFamily, OffsetObjective
+from fedxab.objectives.noise import NoiseModel
+from fedxab.seeding import stream
+
+__all__ = [
+    "BudgetExceededError",
+    "ClientEvaluator",
+    "GlobalValues",
+    "RegretSums",
+    "Telemetry",
+]
+
+
+class BudgetExceededError(FedxabError, RuntimeError):
+    """A client asked for more evaluations than its budget T (an algorithm bug)."""
+
+
+class GlobalValues:
+    """``f(X)`` of the global objective, reusing the last batch's values when a client pulls the
+    same points (the synchronised schedules of the phased algorithms: every client pulls the same
+    nodes). One instance is shared by the clients of one process."""
+
+    def __init__(self, objective: Objective) -> None:
+        self.objective = objective
+        self._last_x: np.ndarray | None = None
+        self._last_g: np.ndarray | None = None
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        last = self._last_x
+        if last is not None and last.shape == X.shape and np.array_equal(last, X):
+            return self._last_g  # type: ignore[return-value]
+        g = self.objective(X)
+        self._last_x, self._last_g = X.copy(), g
+        return g
+
+
+def _local_function(family: ClientFamily, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset)."""
+    obj = family.clients[m]
+    glob = family.global_objective
+    if obj is glob:
+        return lambda X, g: g
+    if isinstance(obj, OffsetObjective) and obj.base is glob:
+        offset = obj.offset
+        return lambda X, g: g + offset
+    return lambda X, g: obj(X)
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What one client evaluated in one phase: positions ``start .. start + count - 1`` of its
+    budget and, where the optima are known, the regret terms of those pulls."""
+
+    phase: int
+    client: int
+    start: int
+    count: int
+    global_terms: np.ndarray | None
+    local_terms: np.ndarray | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "client": self.client,
+            "start": self.start,
+            "count": self.count,
+            "global_terms": self.global_terms,
+            "local_terms": self.local_terms,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Telemetry:
+        count = wire_int(data, "count")
+        terms = {}
+        for name in ("global_terms", "local_terms"):
+            if data.get(name) is None:
+                terms[name] = None
+                continue
+            values = wire_array(data, name, "f")
+            if values.shape != (count,):
+                raise ProtocolError(f"field {name!r} must hold {count} values, got {values.shape}")
+            terms[name] = values
+        return cls(
+            phase=wire_int(data, "phase"),
+            client=wire_int(data, "client"),
+            start=wire_int(data, "start"),
+            count=count,
+            **terms,
+        )
+
+
+class ClientEvaluator:
+    """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret terms kept."""
+
+    def __init__(
+        self,
+        m: int,
+        family: ClientFamily,
+        noise: NoiseModel,
+        *,
+        seed: int,
+        budget: int,
+        global_values: GlobalValues | None = None,
+        keep_points: bool = False,
+    ) -> None:
+        self.client = m
+        self.budget = budget
+        self.used = 0
+        self._rng = stream(seed, "noise", m)
+        self._sample = noise.sample
+        self._local = _local_function(family, m)
+        self._global = global_values or GlobalValues(family.global_objective)
+        self._f_star = family.global_objective.optimum_value
+        self._fm_star = family.clients[m].optimum_value
+        self._start = 0
+        self._g_terms: list[np.ndarray] = []
+        self._l_terms: list[np.ndarray] = []
+        self.points: list[np.ndarray] | None = [] if keep_points else None
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        n = X.shape[0]
+        if self.used + n > self.budget:
+            raise BudgetExceededError(
+                f"client {self.client} asked for {n} evaluations with "
+                f"{self.budget - self.used} left of its budget T = {self.budget} "
+                "(algorithm bug: a client must never exceed T)"
+            )
+        g = self._global(X)
+        fm = self._local(X, g)
+        rewards = fm + self._sample(fm, self._rng)
+        if self._f_star is not None:
+            self._g_terms.append(self._f_star - g)
+        if self._fm_star is not None:
+            self._l_terms.append(self._fm_star - fm)
+        if self.points is not None:
+            self.points.append(X.copy())
+        self.used += n
+        return rewards
+
+    def take(self, phase: int) -> Telemetry:
+        """What was evaluated since the last call, as phase ``phase``'s telemetry."""
+        start, count = self._start, self.used - self._start
+        g = self._concat(self._g_terms) if self._f_star is not None else None
+        loc = self._concat(self._l_terms) if self._fm_star is not None else None
+        self._start = self.used
+        self._g_terms, self._l_terms = [], []
+        return Telemetry(phase, self.client, start, count, g, loc)
+
+    @staticmethod
+    def _concat(parts: list[np.ndarray]) -> np.ndarray:
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+
+class RegretSums:
+    """Per-round sums over clients of the regret terms, added in (phase, client) order.
+
+    :meth:`add` buffers telemetry (a second copy of the same (phase, client) is ignored: a
+    redelivered message changes nothing); :meth:`flush` adds everything buffered, sorted by
+    (phase, client). Whoever flushes after every phase (in-process) or once at the end (a server
+    agent) gets the same sums, bit for bit.
+    """
+
+    def __init__(self, n_clients: int, budget: int, *, global_known: bool, local_known: bool):
+        self.n_clients = n_clients
+        self.budget = budget
+        self.global_sum = np.zeros(budget) if global_known else None
+        self.local_sum = np.zeros(budget) if local_known else None
+        self.used = np.zeros(n_clients, dtype=np.int64)
+        self.evaluations_by_phase: dict[int, int] = {}
+        self._seen: set[tuple[int, int]] = set()
+        self._pending: list[Telemetry] = []
+
+    def add(self, telemetry: Telemetry) -> bool:
+        """Buffer one client's telemetry for one phase; ``False`` if it was already added."""
+        key = (telemetry.phase, telemetry.client)
+        if key in self._seen:
+            return False
+        if not 0 <= telemetry.client < self.n_clients:
+            raise ProtocolError(
+                f"telemetry of client {telemetry.client}; expected an id in 0..{self.n_clients - 1}"
+            )
+        if telemetry.start + telemetry.count > self.budget:
+            raise ProtocolError(
+                f"telemetry of client {telemetry.client} covers positions up to "
+                f"{telemetry.start + telemetry.count}, beyond the budget T = {self.budget}"
+            )
+        for name, known in (
+            ("global_terms", self.global_sum is not None),
+            ("local_terms", self.local_sum is not None),
+        ):
+            if known and getattr(telemetry, name) is None:
+                raise ProtocolError(f"telemetry of client {telemetry.client} lacks {name!r}")
+        self._seen.add(key)
+        self._pending.append(telemetry)
+        return True
+
+    def flush(self) -> None:
+        """Add every buffered telemetry into the sums, in (phase, client) order."""
+        for t in sorted(self._pending, key=lambda t: (t.phase, t.client)):
+            stop = t.start + t.count
+            if self.global_sum is not None:
+                self.global_sum[t.start : stop] += t.global_terms
+            if self.local_sum is not None:
+                self.local_sum[t.start : stop] += t.local_terms
+            self.used[t.client] = max(int(self.used[t.client]), stop)
+            self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
+        self._pending = []
+
+    def complete(self) -> bool:
+        """Every client's telemetry covers its whole budget (after :meth:`flush`)."""
+        return bool(np.all(self.used == self.budget))
+
+    def curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Global and local cumulative regret averaged over clients, at ``rounds``."""
+
+        def curve(per_round: np.ndarray | None) -> np.ndarray | None:
+            if per_round is None:
+                return None
+            return _regret.at_rounds(_regret.cumulative_regret(per_round) / self.n_clients, rounds)
+
+        return curve(self.global_sum), curve(self.local_sum)

@@ -1,0 +1,141 @@
+"""The Broker interface: topics of byte records, consumer groups, commit after handling.
+
+DESIGN.md, Contracts: Broker. A broker moves opaque byte records (encoded envelopes,
+:mod:`fedxab.broker.codec`) between agents. Its semantics are Kafka's, reduced to what the agents
+use, so that the in-memory broker (:mod:`fedxab.broker.memory`) and the Kafka broker
+(:mod:`fedxab.broker.kafka`) are interchangeable:
+
+- a **topic** is an append-only log of records; each record has a ``key`` (the sender, e.g. a
+  client id, for the report topic; ``None`` elsewhere), a ``value`` (bytes) and an ``offset``
+  (position in its partition, increasing from 0);
+- :meth:`Broker.subscribe` with a ``group`` resumes from the group's last committed offset (or
+  from the beginning if it never committed): a consumer that restarts gets, again, every record it
+  had not committed (**at-least-once**). Handlers are idempotent (duplicates are dropped by
+  ``(run_id, phase, sender, msg_id)``), so redelivery never double-counts;
+- :meth:`Broker.subscribe` with ``group=None`` reads the whole topic from the beginning and never
+  commits: how a client rebuilds its state by replaying every broadcast;
+- :meth:`Subscription.commit` marks every record up to and including the given one as handled.
+
+Exactly-once delivery (idempotent or transactional producers) is not used: at-least-once plus
+dedupe is the design.
+
+Topics are named ``{namespace}.{run_id}.{kind}`` (:func:`topic_name`), kind one of
+:data:`TOPIC_KINDS`.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fedxab.errors import ConfigError
+
+__all__ = [
+    "TOPIC_KINDS",
+    "Broker",
+    "Record",
+    "Subscription",
+    "run_topics",
+    "topic_name",
+]
+
+TOPIC_KINDS = ("broadcast", "report", "control", "ledger")
+"""broadcast: server -> clients; report: clients -> server (key = client id); control: join,
+leave, heartbeat, telemetry, abort; ledger: privacy events."""
+
+_NAME_PART = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def topic_name(namespace: str, run_id: str, kind: str) -> str:
+    """``{namespace}.{run_id}.{kind}``; each part letters, digits, ``_`` or ``-`` (Kafka-legal)."""
+    for field, value in (("broker.namespace", namespace), ("run_id", run_id)):
+        if not isinstance(value, str) or not _NAME_PART.fullmatch(value):
+            raise ConfigError(
+                field,
+                f"must be 1 to 100 letters, digits, '_' or '-' (it names Kafka topics), "
+                f"got {value!r}",
+            )
+    if kind not in TOPIC_KINDS:
+        raise ConfigError("topic kind", f"must be one of {', '.join(TOPIC_KINDS)}, got {kind!r}")
+    return f"{namespace}.{run_id}.{kind}"
+
+
+def run_topics(namespace: str, run_id: str) -> dict[str, str]:
+    """The four topics of one run, by kind."""
+    return {kind: topic_name(namespace, run_id, kind) for kind in TOPIC_KINDS}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record read from a topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    value: bytes
+
+
+class Subscription(abc.ABC):
+    """An open consumer of one topic: iterate records, commit what has been handled.
+
+    Use as ``async with broker.subscribe(topic, group) as sub: async for record in sub: ...``.
+    """
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[Record]: ...
+
+    @abc.abstractmethod
+    async def commit(self, record: Record) -> None:
+        """Mark ``record`` and every earlier record of its partition as handled by the group.
+
+        A no-op for a subscription without a group.
+        """
+
+    @abc.abstractmethod
+    async def end_offsets(self) -> dict[int, int]:
+        """Per partition, the offset the next published record will get (the log's end)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop consuming; uncommitted records will be delivered again to the group."""
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class Broker(abc.ABC):
+    """A transport of byte records between agents (see the module docstring)."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Connect (Kafka) or prepare; idempotent."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Flush pending records and disconnect; idempotent."""
+
+    @abc.abstractmethod
+    async def create_topics(self, names: list[str]) -> None:
+        """Create the topics that do not exist yet (an existing topic is left as it is)."""
+
+    @abc.abstractmethod
+    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
+        """Append one record to ``topic``; returns once the broker has acknowledged it."""
+
+    @abc.abstractmethod
+    def subscribe(self, topic: str, group: str | None) -> Subscription:
+        """A consumer of ``topic``: with ``group``, from the group's committed offset (at-least-
+        once); with ``group=None``, from the beginning, without commits."""
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
