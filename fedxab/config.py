@@ -62,7 +62,9 @@ from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
 
 __all__ = [
+    "AgentsConfig",
     "AlgorithmConfig",
+    "BrokerConfig",
     "Config",
     "FederationConfig",
     "NoiseConfig",
@@ -389,6 +391,92 @@ class FederationConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class AgentsConfig(Section):
+    """``[agents]``: how the server and client agents behave on a broker (federated runs).
+
+    The phase barrier waits for every client; with ``phase_deadline_s`` set, a phase that has
+    been open that long closes as soon as ``quorum`` (a fraction of M, rounded up) has reported,
+    so that a client gone for good does not stop the run (its later pulls are then missing from
+    the results, which say how many evaluations were made).
+    """
+
+    SECTION: ClassVar[str] = "agents"
+
+    phase_deadline_s: float | None = None
+    """Seconds after which a phase may close on a quorum; None: wait for every client."""
+    quorum: float = 1.0
+    """Fraction of the clients whose reports close a phase after the deadline, in (0, 1]."""
+    heartbeat_s: float = 5.0
+    """Seconds between a client's heartbeats on the control topic."""
+    telemetry_timeout_s: float = 60.0
+    """Seconds the server waits, after the last phase, for the clients' regret telemetry."""
+
+    def _check(self) -> None:
+        for name in ("phase_deadline_s", "heartbeat_s", "telemetry_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"agents.{name}", f"must be a number of seconds > 0, got {value}")
+        if not 0 < self.quorum <= 1:
+            raise ConfigError(
+                "agents.quorum", f"must be a fraction of the clients in (0, 1], got {self.quorum}"
+            )
+
+
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig(Section):
+    """``[broker]``: the transport. Deployment settings, not part of the experiment: results
+    files and run ids leave this section out, so a run gives the same results on any broker.
+
+    ``url`` is ``"memory://"`` (the embedded broker, one process), ``"inprocess://"`` (no broker:
+    the direct runner) or ``"kafka://HOST:PORT[,HOST:PORT...]"``; ``--broker`` overrides it.
+    TLS and SASL settings are passed to the Kafka client; the SASL password is never part of a
+    config file: it is read from the environment variable ``FEDXAB_KAFKA_SASL_PASSWORD``.
+    """
+
+    SECTION: ClassVar[str] = "broker"
+
+    url: str = "memory://"
+    namespace: str = "fedxab"
+    """First part of every topic name: ``{namespace}.{run_id}.{kind}``."""
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def _check(self) -> None:
+        if not self.url.startswith(("memory://", "inprocess://", "kafka://")):
+            raise ConfigError(
+                "broker.url",
+                f"must be memory://, inprocess:// or kafka://HOST:PORT, got {self.url!r}",
+            )
+        if self.security_protocol not in KAFKA_SECURITY_PROTOCOLS:
+            raise ConfigError(
+                "broker.security_protocol",
+                f"unknown value {self.security_protocol!r}; allowed: "
+                f"{', '.join(KAFKA_SECURITY_PROTOCOLS)}",
+            )
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and self.sasl_mechanism not in KAFKA_SASL_MECHANISMS:
+            raise ConfigError(
+                "broker.sasl_mechanism",
+                f"{self.security_protocol} needs one of {', '.join(KAFKA_SASL_MECHANISMS)}, "
+                f"got {self.sasl_mechanism!r}",
+            )
+        if not sasl and (self.sasl_mechanism or self.sasl_username):
+            raise ConfigError(
+                "broker.sasl_mechanism",
+                f"SASL settings need security_protocol SASL_PLAINTEXT or SASL_SSL, "
+                f"got {self.security_protocol}",
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A whole run configuration; one field per TOML section.
 
@@ -402,22 +490,29 @@ class Config:
     algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
     federation: FederationConfig | None = None
     """Present (defaults if not given) for federated algorithms, None for single-agent ones."""
+    agents: AgentsConfig | None = None
+    """Federated runs: agent behaviour on a broker (defaults if not given); None otherwise."""
+    broker: BrokerConfig | None = None
+    """Federated runs: the transport (defaults if not given); None otherwise."""
 
     def __post_init__(self) -> None:
+        federated_only = _OPTIONAL_SECTIONS
         if is_federated(self.algorithm.name):
-            if self.federation is None:
-                object.__setattr__(self, "federation", FederationConfig())
-            elif not isinstance(self.federation, FederationConfig):
+            for name, cls in federated_only.items():
+                value = getattr(self, name)
+                if value is None:
+                    object.__setattr__(self, name, cls())
+                elif not isinstance(value, cls):
+                    raise ConfigError(name, f"expected a {cls.__name__}, got {value!r}")
+            return
+        for name in federated_only:
+            if getattr(self, name) is not None:
                 raise ConfigError(
-                    "federation", f"expected a FederationConfig, got {self.federation!r}"
+                    name,
+                    f"algorithm {self.algorithm.name!r} runs a single agent and takes no "
+                    f"[{name}] section; remove it, or choose a federated algorithm "
+                    f"({', '.join(sorted(FEDERATED))})",
                 )
-        elif self.federation is not None:
-            raise ConfigError(
-                "federation",
-                f"algorithm {self.algorithm.name!r} runs a single agent and takes no "
-                f"[federation] section; remove it, or choose a federated algorithm "
-                f"({', '.join(sorted(FEDERATED))})",
-            )
 
     @property
     def is_federated(self) -> bool:
@@ -435,6 +530,19 @@ class Config:
             if getattr(self, f.name) is not None
         }
 
+    def experiment_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the ``[broker]`` deployment settings: what results files
+        record and what run ids are derived from."""
+        data = self.to_dict()
+        data.pop("broker", None)
+        return data
+
+    def algorithm_params(self) -> dict[str, Any]:
+        """The ``[algorithm]`` parameters (without ``name``) as plain data."""
+        params = self.to_dict()["algorithm"]
+        params.pop("name", None)
+        return params
+
     def with_run(self, **changes: Any) -> Config:
         """A copy with ``[run]`` keys replaced (``None`` values are ignored), re-validated.
 
@@ -450,8 +558,12 @@ class Config:
         return Path(self.run.output)
 
 
-_OPTIONAL_SECTIONS: dict[str, Any] = {"federation": FederationConfig}
-"""Sections that default to None (absent): name -> section class."""
+_OPTIONAL_SECTIONS: dict[str, Any] = {
+    "federation": FederationConfig,
+    "agents": AgentsConfig,
+    "broker": BrokerConfig,
+}
+"""Sections of federated runs only, None (absent) otherwise: name -> section class."""
 
 
 def _sections() -> dict[str, Any]:

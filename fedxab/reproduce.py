@@ -578,7 +578,7 @@ def _run_parallel(
         traces.append({"seed": seed, "simple_regret": loss.tolist(), "levels": levels})
     objective = make_objective(config.objective.name, **dict(config.objective.params))
     results = RunResults(
-        config=config.to_dict(),
+        config=config.experiment_dict(),
         algorithm=config.algorithm.name,
         objective=objective_info(objective),
         runs=tuple(runs),

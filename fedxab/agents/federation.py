@@ -249,7 +249,7 @@ class Federation:
             n_clients=self.n_clients,
             budget=self.budget,
             seed=seed,
-            params={k: v for k, v in config.to_dict()["algorithm"].items() if k != "name"},
+            params=config.algorithm_params(),
         )
         self.phases: list[PhaseCommunication] = []
         glob = self.family.global_objective
@@ -387,7 +387,7 @@ def run_federated_config(
             on_run_start(k, len(seeds), seed)
         runs.append(run_federated(config, seed, progress))
     return RunResults(
-        config=config.to_dict(),
+        config=config.experiment_dict(),
         algorithm=config.algorithm.name,
         objective=objective_info(objective),
         runs=tuple(runs),

@@ -45,12 +45,6 @@ RunStartCallback = Callable[[int, int, int], None]
 _PROGRESS_UPDATES = 200
 
 
-def _algorithm_params(config: Config) -> dict[str, Any]:
-    params = config.to_dict()["algorithm"]
-    params.pop("name", None)
-    return params
-
-
 def objective_info(objective: Objective) -> dict[str, Any]:
     """The ``objective`` block of the results file."""
     return {
@@ -72,7 +66,7 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
         objective.domain,
         seed=seed,
         budget=budget,
-        params=_algorithm_params(config),
+        params=config.algorithm_params(),
     )
     rng = stream(seed, "noise", 0)
     f_star = objective.optimum_value
@@ -137,7 +131,7 @@ def run_config(
             on_run_start(k, len(seeds), seed)
         runs.append(run_single(config, seed, progress))
     return RunResults(
-        config=config.to_dict(),
+        config=config.experiment_dict(),
         algorithm=config.algorithm.name,
         objective=objective_info(objective),
         runs=tuple(runs),

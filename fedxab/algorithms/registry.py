@@ -23,24 +23,37 @@ import numpy as np
 
 from fedxab.algorithms.base import Optimizer
 from fedxab.algorithms.baselines import (
+    CentralHCTBroadcast,
     CentralHCTClient,
+    CentralHCTReport,
     CentralHCTServer,
+    LocalHCTBroadcast,
     LocalHCTClient,
+    LocalHCTReport,
     LocalHCTServer,
 )
 from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
-from fedxab.algorithms.fed1ucb import Fed1UCBClient, Fed1UCBServer
-from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
+from fedxab.algorithms.fed1ucb import Fed1UCBBroadcast, Fed1UCBClient, Fed1UCBReport, Fed1UCBServer
+from fedxab.algorithms.fedpne import FedPNEBroadcast, FedPNEClient, FedPNEReport, FedPNEServer
 from fedxab.algorithms.hct import HCT
-from fedxab.algorithms.parallel import ParallelClient, ParallelServer
-from fedxab.algorithms.pfpne import PFPNEClient, PFPNEServer
+from fedxab.algorithms.parallel import (
+    ParallelBroadcast,
+    ParallelClient,
+    ParallelReport,
+    ParallelServer,
+)
+from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
-from fedxab.errors import ConfigError
+from fedxab.algorithms.protocol import Finished
+from fedxab.errors import ConfigError, ProtocolError
 
 __all__ = [
     "ALGORITHMS",
     "FEDERATED",
+    "WIRE_TYPES",
     "algorithm_parameters",
+    "decode_broadcast",
+    "decode_report",
     "federated_parameters",
     "is_federated",
     "make_federation",
@@ -59,6 +72,17 @@ FEDERATED: dict[str, tuple[type, type]] = {
     "central-hct": (CentralHCTServer, CentralHCTClient),
 }
 """Federated algorithms: name -> (server class, client class)."""
+
+WIRE_TYPES: dict[str, tuple[type, type]] = {
+    "fedpne": (FedPNEBroadcast, FedPNEReport),
+    "dpfedpne": (FedPNEBroadcast, FedPNEReport),
+    "pfpne": (PFPNEBroadcast, PFPNEReport),
+    "parallel": (ParallelBroadcast, ParallelReport),
+    "fed1ucb": (Fed1UCBBroadcast, Fed1UCBReport),
+    "local-hct": (LocalHCTBroadcast, LocalHCTReport),
+    "central-hct": (CentralHCTBroadcast, CentralHCTReport),
+}
+"""Federated algorithms: name -> (broadcast class, report class), to decode received payloads."""
 
 # Set by the run (config [run] section), not by [algorithm] parameters.
 _RUN_LEVEL = ("domain", "seed", "budget")
@@ -184,3 +208,19 @@ def make_federation(
     except TypeError as exc:  # e.g. a string where a number is expected
         raise ConfigError(f"algorithm ({name})", str(exc)) from exc
     return server, clients
+
+
+def decode_broadcast(name: str, data: Any) -> Any:
+    """The broadcast (or :class:`Finished`) of federated algorithm ``name`` from decoded wire
+    data; anything else raises :class:`ProtocolError` naming the field."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == Finished.kind:
+        return Finished.from_wire(data)
+    return WIRE_TYPES[name][0].from_wire(data)
+
+
+def decode_report(name: str, data: Any) -> Any:
+    """The report of federated algorithm ``name`` from decoded wire data (or ProtocolError)."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"report must be a map, got {type(data).__name__}")
+    return WIRE_TYPES[name][1].from_wire(data)

@@ -30,6 +30,10 @@ class _Topic:
 
     def append(self, key: str | None, value: bytes) -> None:
         self.records.append(Record(self.name, 0, len(self.records), key, value))
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake every waiting reader (a fresh event for the next wait, so none spins)."""
         event, self.changed = self.changed, asyncio.Event()
         event.set()
 
@@ -81,7 +85,7 @@ class _MemorySubscription(Subscription):
         self._closed = True
         if self._group is not None and self._owns_partition():
             del self._broker._owners[(self._group, self._topic.name)]
-        self._topic.changed.set()  # wake our iterator so it can see it is closed
+        self._topic.wake()  # so our iterator sees it is closed
 
 
 class MemoryBroker(Broker):

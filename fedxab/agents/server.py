@@ -1,0 +1,373 @@
+"""The server agent: drives a federated server state machine over a broker (asyncio service).
+
+Per phase (DESIGN.md, Contracts): publish the broadcast on ``{ns}.{run}.broadcast``; read reports
+from ``{ns}.{run}.report`` (consumer group ``server``, committed only once a phase is
+checkpointed, so an unfinished phase's reports are delivered again after a restart); feed each
+valid report to the state machine; close the phase when every expected client has reported, or,
+after ``deadline_s``, when a quorum has (:class:`BarrierPolicy`); checkpoint; publish the next
+broadcast. The final :class:`~fedxab.algorithms.protocol.Finished` is broadcast like a phase.
+
+Every received message is classified once and counted in :attr:`ServerAgent.counts`:
+``accepted``; ``duplicate`` (same client and phase again); ``late`` (an earlier phase);
+``invalid`` (undecodable, another run, unknown client, wrong kind, a future phase, or a report the
+state machine rejects: NaN, wrong length, ...). A rejected message changes no state and never stops
+the agent; each gets one log line naming the reason.
+
+The control topic (join, leave, heartbeat, telemetry) is read from its beginning on every start
+and never committed: everything on it is idempotent, so a restarted server simply rebuilds its view
+of the clients and of the regret telemetry (:mod:`fedxab.agents.evaluation`) from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fedxab.agents.checkpoint import ClosedPhase, ServerCheckpoint
+from fedxab.agents.evaluation import RegretSums, Telemetry
+from fedxab.agents.federation import (
+    PhaseCommunication,
+    communication_block,
+    federated_record,
+    make_family,
+    phase_communication,
+)
+from fedxab.algorithms.protocol import Finished
+from fedxab.algorithms.registry import decode_report, make_federation
+from fedxab.broker.base import Broker, Record, run_topics
+from fedxab.broker.codec import SERVER, Envelope, packb, unpackb
+from fedxab.config import Config
+from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.objectives.registry import make_objective
+from fedxab.results import RunRecord
+
+__all__ = ["BarrierPolicy", "ServerAgent"]
+
+log = logging.getLogger(__name__)
+
+REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
+
+
+@dataclasses.dataclass(frozen=True)
+class BarrierPolicy:
+    """When a phase closes: once all clients reported, or, ``deadline_s`` seconds after it
+    opened, once at least ``ceil(quorum x M)`` have (``deadline_s=None``: wait for all)."""
+
+    deadline_s: float | None = None
+    quorum: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise ConfigError("agents.phase_deadline_s", f"must be > 0, got {self.deadline_s}")
+        if not 0 < self.quorum <= 1:
+            raise ConfigError(
+                "agents.quorum", f"must be a fraction of the clients in (0, 1], got {self.quorum}"
+            )
+
+    def quorum_count(self, n_clients: int) -> int:
+        return max(1, math.ceil(self.quorum * n_clients - 1e-9))
+
+
+ProgressCallback = Callable[[int, int, float], None]
+
+
+class ServerAgent:
+    """One run's server over a broker; ``await agent.run()`` returns the run's record."""
+
+    def __init__(
+        self,
+        config: Config,
+        seed: int,
+        broker: Broker,
+        *,
+        run_id: str,
+        namespace: str = "fedxab",
+        checkpoint: str | Path | None = None,
+        barrier: BarrierPolicy | None = None,
+        telemetry_timeout_s: float = 60.0,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        if config.federation is None:
+            raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
+        self.config = config
+        self.seed = seed
+        self.broker = broker
+        self.run_id = run_id
+        self.topics = run_topics(namespace, run_id)
+        self.barrier = barrier or BarrierPolicy()
+        self.telemetry_timeout_s = telemetry_timeout_s
+        self.progress = progress
+        self.n_clients = config.federation.clients
+        self.budget = config.run.budget
+        self.algorithm = config.algorithm.name
+        objective = make_objective(config.objective.name, **dict(config.objective.params))
+        self.family = make_family(objective, config, seed)
+        self.server, _ = make_federation(
+            self.algorithm,
+            objective.domain,
+            n_clients=self.n_clients,
+            budget=self.budget,
+            seed=seed,
+            params=config.algorithm_params(),
+            client_ids=[],
+        )
+        self.sums = RegretSums(
+            self.n_clients,
+            self.budget,
+            global_known=self.family.global_objective.optimum_value is not None,
+            local_known=all(c.optimum_value is not None for c in self.family.clients),
+        )
+        self.checkpoint = ServerCheckpoint(checkpoint, run_id)
+        self.counts: Counter[str] = Counter()
+        self.joined: set[int] = set()
+        self.left: set[int] = set()
+        self.last_seen: dict[int, float] = {}
+        self.phases: list[PhaseCommunication] = []
+        self.covered = [0] * self.n_clients  # evaluations per client known from telemetry
+        self.live_regret = 0.0  # running sum of global regret terms (display only)
+        self.phase = 0
+        self.finished: Finished | None = None
+        self._accepted: dict[int, bytes] = {}
+        self._last_report: Record | None = None
+        self._wakeup = asyncio.Event()
+
+    # ----------------------------------------------------------------------------- messages
+    def _reject(self, outcome: str, reason: str, where: str = "report") -> None:
+        self.counts[f"{where}_{outcome}"] += 1
+        log.warning("run %s: %s %s: %s", self.run_id, outcome, where, reason)
+
+    def _envelope(self, record: Record, kinds: tuple[str, ...], where: str) -> Envelope | None:
+        """The record's envelope if it is for this run, of an expected kind, from a known
+        client whose id matches the record key; else None (counted as invalid)."""
+        try:
+            env = Envelope.decode(record.value)
+        except ProtocolError as exc:
+            self._reject("invalid", str(exc), where)
+            return None
+        if env.run_id != self.run_id:
+            self._reject("invalid", f"for run {env.run_id!r}, this is {self.run_id!r}", where)
+        elif env.kind not in kinds:
+            self._reject("invalid", f"kind {env.kind!r} on the {where} topic", where)
+        elif env.client_id is None or not 0 <= env.client_id < self.n_clients:
+            self._reject("invalid", f"unknown sender {env.sender!r}", where)
+        elif record.key is not None and record.key != str(env.client_id):
+            self._reject("invalid", f"key {record.key!r} does not match {env.sender!r}", where)
+        else:
+            return env
+        return None
+
+    def on_report(self, record: Record) -> None:
+        """Classify one record of the report topic and feed it to the state machine if valid."""
+        self._last_report = record
+        env = self._envelope(record, ("report",), "report")
+        if env is None:
+            return
+        m = env.client_id
+        assert m is not None
+        if env.phase < self.phase or self.finished is not None:
+            self._reject("late", f"client {m} for phase {env.phase}, phase is {self.phase}")
+            return
+        if env.phase > self.phase:
+            self._reject("invalid", f"client {m} for future phase {env.phase} ({self.phase})")
+            return
+        try:
+            report = decode_report(self.algorithm, env.body())
+            if getattr(report, "phase", None) != env.phase:
+                raise ProtocolError(f"payload phase {report.phase} != envelope phase {env.phase}")
+            fresh = self.server.receive(m, report)
+        except (ProtocolError, FedxabError) as exc:
+            self._reject("invalid", f"client {m}: {exc}")
+            return
+        except Exception as exc:  # a payload no check foresaw: reject it, keep running
+            self._reject("invalid", f"client {m}: {type(exc).__name__}: {exc}")
+            return
+        if not fresh:
+            self.counts["report_duplicate"] += 1
+            log.info("run %s: duplicate report of client %d, phase %d", self.run_id, m, env.phase)
+            return
+        self.counts["report_accepted"] += 1
+        self._accepted[m] = env.payload
+        self._wakeup.set()
+
+    def on_control(self, record: Record) -> None:
+        """Join, leave, heartbeat and telemetry messages (idempotent)."""
+        env = self._envelope(record, ("join", "leave", "heartbeat", "telemetry"), "control")
+        if env is None:
+            return
+        m = env.client_id
+        assert m is not None
+        self.last_seen[m] = time.time()
+        if env.kind == "join":
+            self.joined.add(m)
+        elif env.kind == "leave":
+            self.left.add(m)
+        elif env.kind == "telemetry":
+            try:
+                telemetry = Telemetry.from_wire(env.body())
+                if telemetry.client != m or telemetry.phase != env.phase:
+                    raise ProtocolError("telemetry client or phase does not match its envelope")
+                fresh = self.sums.add(telemetry)
+            except ProtocolError as exc:
+                self._reject("invalid", f"telemetry of client {m}: {exc}", "control")
+                return
+            if fresh:
+                end = telemetry.start + telemetry.count
+                self.covered[m] = max(self.covered[m], end)
+                if telemetry.global_terms is not None:
+                    self.live_regret += float(telemetry.global_terms.sum())
+                self._wakeup.set()
+        self.counts[f"control_{env.kind}"] += 1
+
+    # --------------------------------------------------------------------------- the phases
+    def _barrier_met(self, opened: float) -> bool:
+        if self.server.ready():
+            return True
+        deadline = self.barrier.deadline_s
+        if deadline is None or time.monotonic() - opened < deadline:
+            return False
+        return len(self._accepted) >= self.barrier.quorum_count(self.n_clients)
+
+    async def _publish(self, msg: Any) -> int:
+        payload = packb(msg.to_wire())
+        env = Envelope(
+            run_id=self.run_id,
+            kind="broadcast",
+            phase=int(msg.phase),
+            sender=SERVER,
+            msg_id=f"broadcast:{int(msg.phase)}",
+            payload=payload,
+            sent_at=time.time(),
+        )
+        await self.broker.publish(self.topics["broadcast"], None, env.encode())
+        return len(payload)
+
+    def _replay(self) -> Any:
+        """Start the state machine and replay the checkpointed phases; the open phase's msg."""
+        msg = self.server.start()
+        for closed in self.checkpoint.load():
+            for m, payload in sorted(closed.reports.items()):
+                report = decode_report(self.algorithm, unpackb(payload))
+                self.server.receive(m, report)
+            self.phases.append(PhaseCommunication(**closed.counts))
+            msg = self.server.close_phase()
+        if self.checkpoint.phases:
+            log.info(
+                "run %s: resumed from checkpoint after %d phases", self.run_id, len(self.phases)
+            )
+        return msg
+
+    async def _wait_for_barrier(self) -> None:
+        opened = time.monotonic()
+        while not self._barrier_met(opened):
+            self._wakeup.clear()
+            timeout = None
+            if self.barrier.deadline_s is not None:
+                timeout = max(0.01, self.barrier.deadline_s - (time.monotonic() - opened))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _close_phase(self, msg: Any, broadcast_bytes: int, commit: Any) -> Any:
+        accepted = dict(self._accepted)
+        counts = phase_communication(
+            msg,
+            broadcast_bytes,
+            messages_down=self.n_clients,
+            messages_up=len(accepted),
+            bytes_up=sum(len(p) for p in accepted.values()),
+            accepted=len(accepted),
+            evaluations=0,  # filled in from the telemetry at the end
+        )
+        self.checkpoint.append(ClosedPhase(int(msg.phase), accepted, counts.to_dict()))
+        if self._last_report is not None:
+            await commit(self._last_report)
+        self.phases.append(counts)
+        self._accepted = {}
+        if self.progress is not None:
+            done = min(self.covered)
+            self.progress(done, self.budget, self.live_regret / self.n_clients)
+        return self.server.close_phase()
+
+    async def _drive(self, reports: Any) -> None:
+        msg = self._replay()
+        while not isinstance(msg, Finished):
+            self.phase = int(msg.phase)
+            self._accepted = {}
+            broadcast_bytes = await self._publish(msg)
+            await self._wait_for_barrier()
+            msg = await self._close_phase(msg, broadcast_bytes, reports.commit)
+        self.finished = msg
+        self.phase = int(msg.phase)
+        await self._publish(msg)
+
+    async def _wait_for_telemetry(self) -> None:
+        """Until every client's telemetry covers its budget, or ``telemetry_timeout_s``."""
+        stop = time.monotonic() + self.telemetry_timeout_s
+        while min(self.covered) < self.budget and time.monotonic() < stop:
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), max(0.01, stop - time.monotonic()))
+            except TimeoutError:
+                break
+        missing = [m for m, c in enumerate(self.covered) if c < self.budget]
+        if missing:
+            log.warning(
+                "run %s: telemetry incomplete for %d client(s) (first: %s); their regret is "
+                "counted up to their last report",
+                self.run_id,
+                len(missing),
+                missing[:5],
+            )
+
+    async def run(self) -> RunRecord:
+        """Run (or resume) the federation to its end; the record of regret and communication."""
+        await self.broker.create_topics(list(self.topics.values()))
+        t0 = time.perf_counter()
+        reports = self.broker.subscribe(self.topics["report"], "server")
+        control = self.broker.subscribe(self.topics["control"], None)
+
+        async def consume(sub: Any, handle: Callable[[Record], None]) -> None:
+            async for record in sub:
+                handle(record)
+
+        try:
+            consumers = [
+                asyncio.create_task(consume(reports, self.on_report)),
+                asyncio.create_task(consume(control, self.on_control)),
+            ]
+            try:
+                await self._drive(reports)
+                await self._wait_for_telemetry()
+            finally:
+                for task in consumers:
+                    task.cancel()
+                await asyncio.gather(*consumers, return_exceptions=True)
+        finally:
+            await reports.close()
+            await control.close()
+        wall = time.perf_counter() - t0
+        return self._record(wall)
+
+    def _record(self, wall: float) -> RunRecord:
+        self.sums.flush()
+        phases = [
+            dataclasses.replace(p, evaluations=self.sums.evaluations_by_phase.get(p.phase, 0))
+            for p in self.phases
+        ]
+        assert self.finished is not None
+        recommendation = self.finished.recommendation.astype(float).reshape(-1).copy()
+        return federated_record(
+            self.seed,
+            self.family,
+            self.sums,
+            recommendation,
+            wall,
+            communication_block(self.n_clients, phases),
+        )

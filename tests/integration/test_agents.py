@@ -1,0 +1,262 @@
+"""Server and client agents on the embedded broker: same results as in-process, under faults too.
+
+Every test compares a run on the MemoryBroker with the in-process runner for the same config and
+seed; the results must be identical (regret curves, recommendation, communication counts) except
+the wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from fedxab.agents.client import ClientAgent
+from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
+from fedxab.agents.federation import Federation
+from fedxab.agents.server import BarrierPolicy, ServerAgent
+from fedxab.broker.base import run_topics
+from fedxab.broker.codec import Envelope, client_sender, packb
+from fedxab.broker.faults import FaultyBroker
+from fedxab.broker.memory import MemoryBroker
+from fedxab.config import config_from_dict
+
+SEED = 3
+
+
+def _config(algorithm: str = "fedpne", heterogeneity: str = "offset", clients: int = 6, budget=800):
+    return config_from_dict(
+        {
+            "run": {"budget": budget},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": algorithm},
+            "federation": {"clients": clients, "heterogeneity": heterogeneity},
+        }
+    )
+
+
+def _without_time(record) -> dict:
+    d = record.to_dict()
+    d.pop("wall_time_s")
+    return d
+
+
+def _in_process(config) -> dict:
+    return _without_time(Federation(config, SEED).run())
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "heterogeneity"),
+    [
+        ("fedpne", "offset"),
+        ("pfpne", "shift"),
+        ("parallel", "none"),
+        ("fed1ucb", "offset"),
+        ("local-hct", "shift"),
+        ("central-hct", "offset"),
+    ],
+)
+def test_memory_broker_gives_the_in_process_results(algorithm, heterogeneity):
+    config = _config(algorithm, heterogeneity, budget=400)
+    record = asyncio.run(run_on_broker(config, SEED, MemoryBroker(), hosts=2))
+    assert _without_time(record) == _in_process(config)
+
+
+def test_client_slices_cover_every_client_once():
+    assert client_slices(10, 3) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    assert client_slices(2, 5) == [[0], [1]]
+
+
+def test_run_id_depends_on_the_experiment_and_seed_not_on_the_broker():
+    a = _config()
+    b = config_from_dict({**a.to_dict(), "broker": {"url": "kafka://127.0.0.1:1"}})
+    assert run_id_for(a, 1) == run_id_for(b, 1) != run_id_for(a, 2)
+    assert run_id_for(a, 1) != run_id_for(_config(budget=801), 1)
+
+
+def test_every_message_delivered_twice_changes_nothing():
+    config = _config()
+    broker = FaultyBroker(MemoryBroker(), duplicate=1.0, seed=1)
+    record = asyncio.run(run_on_broker(config, SEED, broker, hosts=2))
+    assert broker.injected["duplicated"] > 0
+    assert _without_time(record) == _in_process(config)
+
+
+@pytest.mark.parametrize("kinds", [("report",), ("broadcast", "report", "control")])
+def test_reordered_messages_change_nothing(kinds):
+    config = _config(clients=8)
+    broker = FaultyBroker(MemoryBroker(), kinds=kinds, reorder_window=5, duplicate=0.3, seed=2)
+    record = asyncio.run(run_on_broker(config, SEED, broker, hosts=3))
+    assert broker.injected["reordered"] > 0
+    assert _without_time(record) == _in_process(config)
+
+
+async def _agents(config, broker, checkpoint=None, barrier=None, hosts=2):
+    run_id = run_id_for(config, SEED)
+    server = ServerAgent(
+        config, SEED, broker, run_id=run_id, checkpoint=checkpoint, barrier=barrier
+    )
+    clients = [
+        ClientAgent(config, SEED, broker, run_id=run_id, client_ids=ids)
+        for ids in client_slices(config.federation.clients, hosts)
+    ]
+    return run_id, server, clients
+
+
+async def _until(condition, timeout=10.0):
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def test_server_killed_after_a_phase_resumes_from_its_checkpoint(tmp_path):
+    config = _config(budget=3000)
+    checkpoint = tmp_path / "server.ckpt"
+
+    async def main():
+        broker = MemoryBroker()
+        run_id, server, clients = await _agents(config, broker, checkpoint)
+        client_tasks = [asyncio.create_task(c.run()) for c in clients]
+        first = asyncio.create_task(server.run())
+        await _until(lambda: len(server.phases) >= 2)
+        first.cancel()  # the server process dies after its second phase
+        await asyncio.gather(first, return_exceptions=True)
+        assert checkpoint.exists()
+        restarted = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
+        record = await restarted.run()
+        await asyncio.gather(*client_tasks)
+        return record, len(server.phases)
+
+    record, phases_before = asyncio.run(main())
+    assert phases_before >= 2
+    assert len(record.communication["per_phase"]) == len(
+        _in_process(config)["communication"]["per_phase"]
+    )
+    assert _without_time(record) == _in_process(config)
+
+
+def test_client_killed_mid_run_and_restarted_resumes_from_the_current_phase():
+    config = _config(budget=3000)
+
+    async def main():
+        broker = MemoryBroker()
+        run_id, server, clients = await _agents(config, broker)
+        server_task = asyncio.create_task(server.run())
+        tasks = [asyncio.create_task(c.run()) for c in clients]
+        await _until(lambda: len(server.phases) >= 2)
+        tasks[1].cancel()  # the second client host dies while a phase is open
+        await asyncio.gather(tasks[1], return_exceptions=True)
+        phase_at_kill = server.phase
+        again = ClientAgent(
+            config,
+            SEED,
+            broker,
+            run_id=run_id,
+            client_ids=clients[1].clients.keys() and list(clients[1].clients),
+        )
+        tasks[1] = asyncio.create_task(again.run())
+        record = await server_task
+        await asyncio.gather(*tasks)
+        return record, again, phase_at_kill
+
+    record, again, phase_at_kill = asyncio.run(main())
+    assert (
+        again.counts["broadcasts_replayed"] >= phase_at_kill - 2
+    )  # past phases: replayed silently
+    assert _without_time(record) == _in_process(config)
+
+
+def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, bytes, str]]:
+    """(record key, value, expected outcome) of hostile or broken reports."""
+    n = config.federation.clients
+
+    def env(**changes):
+        fields = dict(
+            run_id=run_id,
+            kind="report",
+            phase=phase,
+            sender=client_sender(0),
+            msg_id="x",
+            payload=packb(
+                {
+                    "kind": "fedpne.report",
+                    "phase": phase,
+                    "client": 0,
+                    "complete": True,
+                    "means": np.array([0.5]),
+                }
+            ),
+        )
+        fields.update(changes)
+        return Envelope(**fields).encode()
+
+    nan_means = packb(
+        {
+            "kind": "fedpne.report",
+            "phase": phase,
+            "client": 0,
+            "complete": True,
+            "means": np.array([math.nan]),
+        }
+    )
+    return [
+        ("0", b"\x93garbage", "invalid"),
+        ("0", env(run_id="another-run"), "invalid"),
+        (str(n), env(sender=client_sender(n)), "invalid"),  # unknown client
+        ("1", env(), "invalid"),  # key of client 1, envelope of client 0
+        ("0", env(payload=nan_means), "invalid"),  # NaN statistic
+        ("0", env(phase=phase + 5), "invalid"),  # a future phase
+        ("0", env(phase=max(phase - 1, 0)), "late"),  # a past phase
+        ("0", env(kind="join"), "invalid"),
+    ]
+
+
+def test_bad_reports_are_rejected_counted_and_change_nothing():
+    config = _config(budget=3000)
+
+    async def main():
+        broker = MemoryBroker()
+        run_id, server, _ = await _agents(config, broker)
+        topic = run_topics("fedxab", run_id)["report"]
+        first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
+        tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
+        await _until(lambda: server.counts["report_accepted"] == 5)  # phase 1 waits for client 5
+        bad = _bad_reports(config, run_id, server.phase)
+        for key, value, _ in bad:
+            await broker.publish(topic, key, value)
+        last = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5])
+        tasks.append(asyncio.create_task(last.run()))
+        record, *_ = await asyncio.gather(*tasks)
+        return record, server, bad
+
+    record, server, bad = asyncio.run(main())
+    expected = {"invalid": 0, "late": 0}
+    for _, _, outcome in bad:
+        expected[outcome] += 1
+    assert expected == {"invalid": 7, "late": 1}
+    assert server.counts["report_invalid"] == expected["invalid"]
+    assert server.counts["report_late"] == expected["late"]
+    assert _without_time(record) == _in_process(config)
+
+
+def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
+    config = _config(budget=2000, clients=6)
+
+    async def main():
+        broker = MemoryBroker()
+        barrier = BarrierPolicy(deadline_s=0.2, quorum=0.8)
+        run_id, server, _ = await _agents(config, broker, barrier=barrier)
+        present = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
+        tasks = [asyncio.create_task(present.run())]
+        server.telemetry_timeout_s = 0.5
+        record = await server.run()
+        await asyncio.gather(*tasks)
+        return record
+
+    record = asyncio.run(main())
+    comm = record.communication
+    assert all(p["reports_accepted"] == 5 for p in comm["per_phase"])
+    assert record.evaluations == 5 * 2000  # client 5 never pulled
+    assert np.isfinite(record.simple_regret)
