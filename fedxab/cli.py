@@ -231,22 +231,28 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")
     ] = False,
+    broker: Annotated[
+        str | None,
+        typer.Option(
+            help="Federated runs: memory:// (embedded broker, the default), kafka://HOST:PORT, "
+            "or inprocess:// (no broker). Overrides broker.url.",
+            show_default=False,
+        ),
+    ] = None,
+    hosts: Annotated[
+        int, typer.Option(min=1, help="Federated runs on a broker: client agents to start.")
+    ] = 1,
 ) -> None:
-    """Run a job and write DIR/results.json."""
+    """Run a job and write DIR/results.json (federated jobs: every agent in this process)."""
+    from fedxab.agents.distributed import run_on_broker_config
     from fedxab.agents.federation import run_federated_config
     from fedxab.agents.local import run_config
-    from fedxab.config import default_config, load_config
+    from fedxab.broker.factory import make_broker
     from fedxab.results import write_results
 
     console = _console()
     with _errors_as_exit_code():
-        cfg = default_config() if config is None else load_config(config)
-        cfg = cfg.with_run(
-            seed=seed,
-            repeats=repeats,
-            budget=budget,
-            output=None if output is None else str(output),
-        )
+        cfg = _load(config, seed, repeats, budget, output, broker)
         source = "built-in default" if config is None else str(config)
         fed = cfg.federation
         if not quiet:
@@ -288,9 +294,21 @@ def run(
         def on_progress(done: int, total: int, cum: float) -> None:
             progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
 
-        runner = run_config if fed is None else run_federated_config
         with progress:
-            results = runner(cfg, on_progress, on_run_start=on_run_start)
+            if fed is None:
+                results = run_config(cfg, on_progress, on_run_start=on_run_start)
+            elif make_broker(cfg.broker.url, cfg.broker) is None:  # inprocess://
+                results = run_federated_config(cfg, on_progress, on_run_start=on_run_start)
+            else:
+                results = _interruptible(
+                    lambda: run_on_broker_config(
+                        cfg,
+                        lambda: make_broker(cfg.broker.url, cfg.broker),
+                        on_progress,
+                        on_run_start=on_run_start,
+                        hosts=hosts,
+                    )
+                )
         path = write_results(results, cfg.output_dir)
         if not quiet:
             console.print(_summary_table(results))
@@ -298,6 +316,241 @@ def run(
             if comm_table is not None:
                 console.print(comm_table)
         console.print(f"results: {path}", soft_wrap=True, markup=False)
+
+
+def _load(
+    config: Path | None,
+    seed: int | None,
+    repeats: int | None,
+    budget: int | None,
+    output: Path | None,
+    broker: str | None,
+):
+    """The config file (or the built-in default) with the command-line overrides applied."""
+    from fedxab.config import config_from_dict, default_config, load_config
+
+    cfg = default_config() if config is None else load_config(config)
+    cfg = cfg.with_run(
+        seed=seed, repeats=repeats, budget=budget, output=None if output is None else str(output)
+    )
+    if broker is not None:
+        if cfg.broker is None:
+            raise FedxabError(
+                f"--broker: {cfg.algorithm.name!r} runs a single agent; brokers carry "
+                "federated runs only"
+            )
+        data = cfg.to_dict()
+        data["broker"]["url"] = broker
+        cfg = config_from_dict(data)
+    return cfg
+
+
+def _interruptible(work):
+    """Run ``work()``; SIGTERM ends it like Ctrl-C (agents close their subscriptions and
+    brokers on the way out)."""
+    import signal
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return work()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(coro_factory):
+    """Run an async service until it ends, or until SIGINT/SIGTERM cancels it cleanly."""
+    import asyncio
+    import signal
+
+    async def main():
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await coro_factory()
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+def _parse_client_ids(text: str, n_clients: int) -> list[int]:
+    """``"3"``, ``"0-9"`` or ``"0-4,7,9-11"`` -> sorted client ids, each in 0..n_clients-1."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise FedxabError(
+                f"--client-id: expected N, A-B or a comma-separated list of them, got {text!r}"
+            ) from None
+        if not 0 <= first <= last < n_clients:
+            raise FedxabError(
+                f"--client-id: {part.strip()!r} is not within 0..{n_clients - 1} "
+                f"(federation.clients = {n_clients})"
+            )
+        ids.update(range(first, last + 1))
+    return sorted(ids)
+
+
+_BROKER_HELP = "kafka://HOST:PORT (or memory:// for a test); overrides broker.url."
+
+
+@app.command()
+def server(
+    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
+    broker: Annotated[str | None, typer.Option(help=_BROKER_HELP, show_default=False)] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory of the per-phase checkpoints; a restarted server resumes from them.",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Override run.repeats.", show_default=False)
+    ] = None,
+    budget: Annotated[
+        int | None, typer.Option(help="Override run.budget.", show_default=False)
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Override run.output.", show_default=False),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Run the server of a federated job on a broker (clients run `fedxab client`)."""
+    from fedxab.agents.distributed import serve
+    from fedxab.broker.factory import make_broker
+    from fedxab.results import write_results
+
+    console = _console()
+    with _errors_as_exit_code():
+        cfg = _load(config, seed, repeats, budget, output, broker)
+        if cfg.broker is None:
+            raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        transport = make_broker(cfg.broker.url, cfg.broker)
+        if transport is None:
+            raise FedxabError("--broker: a server needs a broker, not inprocess://")
+        console.print(
+            f"[bold]fedxab server[/bold]: {escape(cfg.algorithm.name)}, "
+            f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}",
+            soft_wrap=True,
+        )
+        progress = _federation_progress(console, quiet)
+        task: list[TaskID] = []
+
+        def on_run_start(index: int, total: int, run_seed: int) -> None:
+            task.append(
+                progress.add_task(
+                    f"run {index + 1}/{total} (seed {run_seed})", total=cfg.run.budget, regret="-"
+                )
+            )
+
+        def on_progress(done: int, total: int, cum: float) -> None:
+            progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+
+        async def service():
+            async with transport:
+                return await serve(
+                    cfg,
+                    transport,
+                    checkpoint_dir=checkpoint,
+                    progress=on_progress,
+                    on_run_start=on_run_start,
+                )
+
+        with progress:
+            results = _serve(service)
+        path = write_results(results, cfg.output_dir)
+        if not quiet:
+            console.print(_summary_table(results))
+            console.print(_communication_table(results))
+        console.print(f"results: {path}", soft_wrap=True, markup=False)
+
+
+@app.command()
+def client(
+    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
+    client_id: Annotated[
+        str,
+        typer.Option(
+            "--client-id", help="Clients this process hosts: N, A-B, or a list such as 0-4,7."
+        ),
+    ],
+    broker: Annotated[str | None, typer.Option(help=_BROKER_HELP, show_default=False)] = None,
+    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
+    repeats: Annotated[
+        int | None, typer.Option(help="Override run.repeats.", show_default=False)
+    ] = None,
+    budget: Annotated[
+        int | None, typer.Option(help="Override run.budget.", show_default=False)
+    ] = None,
+) -> None:
+    """Host clients of a federated job on a broker until the server's final answer."""
+    from fedxab.agents.distributed import host_clients
+    from fedxab.broker.factory import make_broker
+
+    with _errors_as_exit_code():
+        cfg = _load(config, seed, repeats, budget, None, broker)
+        if cfg.broker is None or cfg.federation is None:
+            raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        ids = _parse_client_ids(client_id, cfg.federation.clients)
+        transport = make_broker(cfg.broker.url, cfg.broker)
+        if transport is None:
+            raise FedxabError("--broker: clients need a broker, not inprocess://")
+
+        async def service():
+            async with transport:
+                return await host_clients(cfg, transport, ids)
+
+        runs = _serve(service)
+        _console().print(
+            f"clients {client_id}: {runs} run(s) finished on {cfg.broker.url}",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+@app.command("broker")
+def dev_broker(
+    port: Annotated[
+        int | None,
+        typer.Option(help="Loopback port to listen on (default: a free one).", show_default=False),
+    ] = None,
+) -> None:
+    """Start a local Kafka-compatible dev broker (in-memory) on 127.0.0.1 until Ctrl-C."""
+    import threading
+
+    from fedxab.broker.devbroker import DevBroker
+
+    with _errors_as_exit_code(), DevBroker(port) as dev:
+        _console().print(
+            f"dev broker listening on {dev.address} (in-memory; Ctrl-C stops it)\n"
+            f"use: --broker {dev.url}",
+            soft_wrap=True,
+            markup=False,
+        )
+        _interruptible(threading.Event().wait)
+
+
+def _federation_progress(console: Console, quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rounds"),
+        TextColumn("cumulative regret {task.fields[regret]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
 
 
 @app.command()

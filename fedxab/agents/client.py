@@ -54,20 +54,17 @@ class ClientAgent:
         run_id: str,
         client_ids: list[int],
         namespace: str = "fedxab",
-        heartbeat_s: float = 5.0,
         executor: Executor | None = None,
     ) -> None:
         fed = config.federation
-        if fed is None:
+        if fed is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
         if not client_ids:
             raise ConfigError("client_ids", "an agent must host at least one client")
-        if not heartbeat_s > 0:
-            raise ConfigError("agents.heartbeat_s", f"must be > 0, got {heartbeat_s}")
         self.broker = broker
         self.run_id = run_id
         self.topics = run_topics(namespace, run_id)
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
         self.algorithm = config.algorithm.name
         objective = make_objective(config.objective.name, **dict(config.objective.params))

@@ -1,12 +1,18 @@
 """Runs on a broker: a server agent and client agents for each seed of a config.
 
-``fedxab run`` puts every agent in one process on the embedded :class:`MemoryBroker` (or on Kafka
-with ``--broker kafka://HOST:PORT``); ``fedxab server`` and ``fedxab client`` run the same agents in
-separate processes. Either way the results are those of the in-process runner for the same config
-and seed, bit for bit (tests/integration/test_transport_equivalence.py).
+Three ways to use them, one code path:
 
-The run id names the run's topics. It is derived from the experiment (the config without
-deployment settings) and the seed, so a server and clients started separately from the same
+- :func:`run_on_broker_config` (``fedxab run``; ``--broker`` picks the transport): every agent in
+  this process, on the embedded :class:`~fedxab.broker.memory.MemoryBroker` by default or on Kafka;
+- :func:`serve` (``fedxab server``): the server agent alone, every seed in turn, results file at
+  the end;
+- :func:`host_clients` (``fedxab client``): some clients, every seed in turn.
+
+Whatever the transport, the results are those of the in-process runner for the same config and
+seed, bit for bit (tests/integration/test_agents.py, tests/integration/test_kafka_agents.py).
+
+The run id names the run's topics. It is derived from the experiment (the config without its
+``[broker]`` settings) and the seed, so a server and clients started separately from the same
 config file agree on it without talking.
 """
 
@@ -20,13 +26,20 @@ from pathlib import Path
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.local import RunStartCallback, objective_info
-from fedxab.agents.server import BarrierPolicy, ProgressCallback, ServerAgent
+from fedxab.agents.server import ProgressCallback, ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord, RunResults, summarize_communication
 
-__all__ = ["client_slices", "run_id_for", "run_on_broker", "run_on_broker_config"]
+__all__ = [
+    "client_slices",
+    "host_clients",
+    "run_id_for",
+    "run_on_broker",
+    "run_on_broker_config",
+    "serve",
+]
 
 
 def run_id_for(config: Config, seed: int) -> str:
@@ -43,62 +56,41 @@ def client_slices(n_clients: int, hosts: int) -> list[list[int]]:
     return [list(range(bounds[k], bounds[k + 1])) for k in range(hosts)]
 
 
-async def run_on_broker(
+def _namespace(config: Config) -> str:
+    return "fedxab" if config.broker is None else config.broker.namespace
+
+
+def _server_agent(
     config: Config,
     seed: int,
     broker: Broker,
-    *,
-    hosts: int = 1,
-    namespace: str = "fedxab",
-    checkpoint_dir: str | Path | None = None,
-    barrier: BarrierPolicy | None = None,
-    progress: ProgressCallback | None = None,
-) -> RunRecord:
-    """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process."""
-    assert config.federation is not None
+    checkpoint_dir: str | Path | None,
+    progress: ProgressCallback | None,
+) -> ServerAgent:
     run_id = run_id_for(config, seed)
-    checkpoint = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id}.ckpt"
-    server = ServerAgent(
+    return ServerAgent(
         config,
         seed,
         broker,
         run_id=run_id,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        barrier=barrier,
+        namespace=_namespace(config),
+        checkpoint=None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id}.ckpt",
         progress=progress,
     )
-    agents = [
-        ClientAgent(config, seed, broker, run_id=run_id, client_ids=ids, namespace=namespace)
-        for ids in client_slices(config.federation.clients, hosts)
-    ]
-    async with asyncio.TaskGroup() as group:
-        record_task = group.create_task(server.run())
-        for agent in agents:
-            group.create_task(agent.run())
-    return record_task.result()
 
 
-def run_on_broker_config(
-    config: Config,
-    broker_factory: Callable[[], Broker],
-    progress: ProgressCallback | None = None,
-    *,
-    on_run_start: RunStartCallback | None = None,
-    **options: object,
-) -> RunResults:
-    """Every seed of ``config`` on a broker from ``broker_factory`` (one per seed)."""
+def _client_agent(config: Config, seed: int, broker: Broker, ids: list[int]) -> ClientAgent:
+    return ClientAgent(
+        config,
+        seed,
+        broker,
+        run_id=run_id_for(config, seed),
+        client_ids=ids,
+        namespace=_namespace(config),
+    )
 
-    async def one(seed: int) -> RunRecord:
-        async with broker_factory() as broker:
-            return await run_on_broker(config, seed, broker, progress=progress, **options)  # type: ignore[arg-type]
 
-    runs = []
-    seeds = config.run.seeds
-    for k, seed in enumerate(seeds):
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        runs.append(asyncio.run(one(seed)))
+def _results(config: Config, runs: list[RunRecord]) -> RunResults:
     objective = make_objective(config.objective.name, **dict(config.objective.params))
     return RunResults(
         config=config.experiment_dict(),
@@ -107,3 +99,74 @@ def run_on_broker_config(
         runs=tuple(runs),
         communication=summarize_communication(runs),
     )
+
+
+async def run_on_broker(
+    config: Config,
+    seed: int,
+    broker: Broker,
+    *,
+    hosts: int = 1,
+    checkpoint_dir: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> RunRecord:
+    """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process."""
+    assert config.federation is not None
+    server = _server_agent(config, seed, broker, checkpoint_dir, progress)
+    agents = [
+        _client_agent(config, seed, broker, ids)
+        for ids in client_slices(config.federation.clients, hosts)
+    ]
+    async with asyncio.TaskGroup() as group:
+        record = group.create_task(server.run())
+        for agent in agents:
+            group.create_task(agent.run())
+    return record.result()
+
+
+def run_on_broker_config(
+    config: Config,
+    broker_factory: Callable[[], Broker],
+    progress: ProgressCallback | None = None,
+    *,
+    on_run_start: RunStartCallback | None = None,
+    hosts: int = 1,
+) -> RunResults:
+    """Every seed of ``config``, all agents in this process, each seed on a fresh broker."""
+
+    async def one(seed: int) -> RunRecord:
+        async with broker_factory() as broker:
+            return await run_on_broker(config, seed, broker, hosts=hosts, progress=progress)
+
+    runs = []
+    seeds = config.run.seeds
+    for k, seed in enumerate(seeds):
+        if on_run_start is not None:
+            on_run_start(k, len(seeds), seed)
+        runs.append(asyncio.run(one(seed)))
+    return _results(config, runs)
+
+
+async def serve(
+    config: Config,
+    broker: Broker,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+    on_run_start: RunStartCallback | None = None,
+) -> RunResults:
+    """The server side of every seed of ``config`` (one after the other) on ``broker``."""
+    runs = []
+    seeds = config.run.seeds
+    for k, seed in enumerate(seeds):
+        if on_run_start is not None:
+            on_run_start(k, len(seeds), seed)
+        runs.append(await _server_agent(config, seed, broker, checkpoint_dir, progress).run())
+    return _results(config, runs)
+
+
+async def host_clients(config: Config, broker: Broker, client_ids: list[int]) -> int:
+    """Clients ``client_ids`` for every seed of ``config`` in turn; the number of seeds run."""
+    for seed in config.run.seeds:
+        await _client_agent(config, seed, broker, client_ids).run()
+    return len(config.run.seeds)

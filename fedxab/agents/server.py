@@ -4,7 +4,8 @@ Per phase (DESIGN.md, Contracts): publish the broadcast on ``{ns}.{run}.broadcas
 from ``{ns}.{run}.report`` (consumer group ``server``, committed only once a phase is
 checkpointed, so an unfinished phase's reports are delivered again after a restart); feed each
 valid report to the state machine; close the phase when every expected client has reported, or,
-after ``deadline_s``, when a quorum has (:class:`BarrierPolicy`); checkpoint; publish the next
+after ``[agents] phase_deadline_s``, when a ``quorum`` has (:class:`~fedxab.config.AgentsConfig`);
+checkpoint; publish the next
 broadcast. The final :class:`~fedxab.algorithms.protocol.Finished` is broadcast like a phase.
 
 Every received message is classified once and counted in :attr:`ServerAgent.counts`:
@@ -49,31 +50,11 @@ from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord
 
-__all__ = ["BarrierPolicy", "ServerAgent"]
+__all__ = ["ServerAgent"]
 
 log = logging.getLogger(__name__)
 
 REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
-
-
-@dataclasses.dataclass(frozen=True)
-class BarrierPolicy:
-    """When a phase closes: once all clients reported, or, ``deadline_s`` seconds after it
-    opened, once at least ``ceil(quorum x M)`` have (``deadline_s=None``: wait for all)."""
-
-    deadline_s: float | None = None
-    quorum: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.deadline_s is not None and not self.deadline_s > 0:
-            raise ConfigError("agents.phase_deadline_s", f"must be > 0, got {self.deadline_s}")
-        if not 0 < self.quorum <= 1:
-            raise ConfigError(
-                "agents.quorum", f"must be a fraction of the clients in (0, 1], got {self.quorum}"
-            )
-
-    def quorum_count(self, n_clients: int) -> int:
-        return max(1, math.ceil(self.quorum * n_clients - 1e-9))
 
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -91,19 +72,16 @@ class ServerAgent:
         run_id: str,
         namespace: str = "fedxab",
         checkpoint: str | Path | None = None,
-        barrier: BarrierPolicy | None = None,
-        telemetry_timeout_s: float = 60.0,
         progress: ProgressCallback | None = None,
     ) -> None:
-        if config.federation is None:
+        if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
         self.config = config
         self.seed = seed
         self.broker = broker
         self.run_id = run_id
         self.topics = run_topics(namespace, run_id)
-        self.barrier = barrier or BarrierPolicy()
-        self.telemetry_timeout_s = telemetry_timeout_s
+        self.settings = config.agents
         self.progress = progress
         self.n_clients = config.federation.clients
         self.budget = config.run.budget
@@ -230,10 +208,11 @@ class ServerAgent:
     def _barrier_met(self, opened: float) -> bool:
         if self.server.ready():
             return True
-        deadline = self.barrier.deadline_s
+        deadline = self.settings.phase_deadline_s
         if deadline is None or time.monotonic() - opened < deadline:
             return False
-        return len(self._accepted) >= self.barrier.quorum_count(self.n_clients)
+        quorum = max(1, math.ceil(self.settings.quorum * self.n_clients - 1e-9))
+        return len(self._accepted) >= quorum
 
     async def _publish(self, msg: Any) -> int:
         payload = packb(msg.to_wire())
@@ -269,8 +248,9 @@ class ServerAgent:
         while not self._barrier_met(opened):
             self._wakeup.clear()
             timeout = None
-            if self.barrier.deadline_s is not None:
-                timeout = max(0.01, self.barrier.deadline_s - (time.monotonic() - opened))
+            deadline = self.settings.phase_deadline_s
+            if deadline is not None:
+                timeout = max(0.01, deadline - (time.monotonic() - opened))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
@@ -309,7 +289,7 @@ class ServerAgent:
 
     async def _wait_for_telemetry(self) -> None:
         """Until every client's telemetry covers its budget, or ``telemetry_timeout_s``."""
-        stop = time.monotonic() + self.telemetry_timeout_s
+        stop = time.monotonic() + self.settings.telemetry_timeout_s
         while min(self.covered) < self.budget and time.monotonic() < stop:
             self._wakeup.clear()
             try:

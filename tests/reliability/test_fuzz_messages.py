@@ -1,0 +1,153 @@
+"""Fuzzing the wire: random and mutated byte strings never crash the decoder or a live agent.
+
+Hypothesis feeds 10,000 byte strings to each target: arbitrary bytes, and valid messages with
+bytes flipped, inserted, deleted or truncated. The decoder must raise ProtocolError or return a
+well-formed envelope; a live server agent (phase 1 open) must classify every record exactly once
+(accepted, duplicate, late or invalid) with one log line per rejection, and its state may change
+only by an accepted report; a live client agent must return a valid broadcast or count it invalid.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedxab.agents.client import ClientAgent
+from fedxab.agents.distributed import run_id_for
+from fedxab.agents.server import ServerAgent
+from fedxab.broker.base import Record
+from fedxab.broker.codec import SERVER, Envelope, packb
+from fedxab.broker.memory import MemoryBroker
+from fedxab.config import config_from_dict
+from fedxab.errors import ProtocolError
+
+EXAMPLES = 10_000
+CONFIG = config_from_dict(
+    {
+        "run": {"budget": 1000},
+        "objective": {"name": "garland"},
+        "algorithm": {"name": "fedpne"},
+        "federation": {"clients": 4},
+    }
+)
+RUN_ID = run_id_for(CONFIG, 0)
+
+
+def _live_pair():
+    """A server agent with phase 1 open, a client agent, and valid wire bytes of each side."""
+    broker = MemoryBroker()
+    server = ServerAgent(CONFIG, 0, broker, run_id=RUN_ID)
+    broadcast = server._replay()
+    server.phase = int(broadcast.phase)
+    client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=[0, 1])
+    broadcast_bytes = Envelope(
+        run_id=RUN_ID,
+        kind="broadcast",
+        phase=server.phase,
+        sender=SERVER,
+        msg_id="broadcast:1",
+        payload=packb(broadcast.to_wire()),
+    ).encode()
+    m, report, _ = client.answer_all(broadcast)[0]
+    report_bytes = client._envelope("report", m, server.phase, "r", packb(report.to_wire()))
+    return server, client, broadcast_bytes, report_bytes
+
+
+SERVER_AGENT, CLIENT_AGENT, BROADCAST, REPORT = _live_pair()
+
+
+@st.composite
+def mutated(draw, valid: bytes) -> bytes:
+    """``valid`` with a few random byte edits, or a truncation, or pure random bytes."""
+    how = draw(st.sampled_from(["random", "flip", "insert", "delete", "truncate"]))
+    if how == "random":
+        return draw(st.binary(max_size=300))
+    data = bytearray(valid)
+    if how == "truncate":
+        return bytes(data[: draw(st.integers(0, len(data) - 1))])
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(data) - 1))
+        if how == "flip":
+            data[i] ^= 1 << draw(st.integers(0, 7))
+        elif how == "insert":
+            data.insert(i, draw(st.integers(0, 255)))
+        elif len(data) > 1:
+            del data[i]
+    return bytes(data)
+
+
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@FUZZ
+@given(st.one_of(mutated(REPORT), mutated(BROADCAST)))
+def test_decoder_raises_protocol_error_or_returns_a_valid_envelope(data):
+    try:
+        env = Envelope.decode(data)
+    except ProtocolError as exc:
+        assert str(exc)
+        return
+    assert Envelope.decode(env.encode()) == env
+
+
+@pytest.fixture(scope="module")
+def rejection_log():
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(level=logging.WARNING)
+    logger = logging.getLogger("fedxab.agents")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+@FUZZ
+@given(data=mutated(REPORT), key=st.sampled_from(["0", "1", None]))
+def test_a_live_server_agent_classifies_every_record_once(rejection_log, data, key):
+    agent = SERVER_AGENT
+    before = dict(agent.counts)
+    state = (agent.phase, sorted(agent._accepted), agent.server.reported)
+    logged = len(rejection_log)
+    agent.on_report(Record("t", 0, 0, key, data))  # must not raise
+    changed = {k: v - before.get(k, 0) for k, v in agent.counts.items() if v != before.get(k, 0)}
+    assert len(changed) == 1 and next(iter(changed.values())) == 1  # exactly one outcome
+    (outcome,) = changed
+    new_lines = rejection_log[logged:]
+    if outcome in ("report_invalid", "report_late"):
+        assert len(new_lines) == 1 and new_lines[0].getMessage()  # one clear line per rejection
+    else:
+        assert new_lines == []
+    if outcome != "report_accepted":
+        assert (agent.phase, sorted(agent._accepted), agent.server.reported) == state
+
+
+@FUZZ
+@given(data=mutated(BROADCAST))
+def test_a_live_client_agent_rejects_bad_broadcasts(data):
+    agent = CLIENT_AGENT
+    before = agent.counts["broadcast_invalid"]
+    msg = agent.decode(Record("t", 0, 0, None, data))
+    if msg is None:
+        assert agent.counts["broadcast_invalid"] == before + 1
+    else:
+        assert agent.counts["broadcast_invalid"] == before
+        assert int(msg.phase) >= 0
+
+
+def test_the_fuzzing_reached_every_outcome():
+    """The mutations exercise rejection paths (invalid) and, rarely, produce valid copies."""
+    counts = SERVER_AGENT.counts
+    assert counts["report_invalid"] > EXAMPLES // 2
+    assert CLIENT_AGENT.counts["broadcast_invalid"] > EXAMPLES // 2
