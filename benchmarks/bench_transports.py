@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from bench_federation import env_line, environment, garland_config, md_table
 SPEED_CLIENTS, SPEED_BUDGET = 100, 10_000
 SCALE_CLIENTS, SCALE_BUDGET, SCALE_PROCESSES = 1_000, 1_000, 4
 SEED = 0
+_NAMESPACES = itertools.count()
 
 
 def _without_time(record: Any) -> dict[str, Any]:
@@ -51,8 +54,20 @@ def _in_process(config: Any) -> Any:
     return Federation(config, SEED).run()
 
 
+def _fresh_namespace(config: Any) -> Any:
+    """``config`` under a namespace no earlier run of this script used (new Kafka topics)."""
+    from fedxab.config import config_from_dict
+
+    data = config.to_dict()
+    data["broker"]["namespace"] = f"bench{next(_NAMESPACES)}-{os.getpid()}"
+    return config_from_dict(data)
+
+
 def _on_broker(config: Any, make_broker: Any, hosts: int = 1) -> Any:
+    """One seed with every agent in this process (a fresh namespace: reruns never mix)."""
     from fedxab.agents.distributed import run_on_broker
+
+    config = _fresh_namespace(config)
 
     async def main() -> Any:
         async with make_broker() as broker:

@@ -112,14 +112,14 @@ class RunRecord:
     """
 
     seed: int
-    rounds: np.ndarray
-    cumulative_regret: np.ndarray | None
+    rounds: np.ndarray = dataclasses.field(repr=False)
+    cumulative_regret: np.ndarray | None = dataclasses.field(repr=False)
     recommendation: np.ndarray
     simple_regret: float | None
     evaluations: int
     wall_time_s: float
-    local_cumulative_regret: np.ndarray | None = None
-    communication: Mapping[str, Any] | None = None
+    local_cumulative_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    communication: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def average_regret(self) -> np.ndarray | None:

@@ -50,7 +50,7 @@ from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord
 
-__all__ = ["ServerAgent"]
+__all__ = ["RunConflictError", "ServerAgent"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,10 @@ REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
 
 
 ProgressCallback = Callable[[int, int, float], None]
+
+
+class RunConflictError(FedxabError, RuntimeError):
+    """The run's topics already hold another start of the same run."""
 
 
 class ServerAgent:
@@ -81,6 +85,8 @@ class ServerAgent:
         self.broker = broker
         self.run_id = run_id
         self.topics = run_topics(namespace, run_id)
+        self.group = f"{namespace}.{run_id}.server"
+        """The server's consumer group on the report topic (one per run)."""
         self.settings = config.agents
         self.progress = progress
         self.n_clients = config.federation.clients
@@ -306,11 +312,30 @@ class ServerAgent:
                 missing[:5],
             )
 
+    async def _check_fresh_or_resuming(self) -> None:
+        """Refuse to start a run whose broadcast topic already holds broadcasts, unless this
+        server resumes it (a checkpoint path is set): a second run under the same run id would
+        mix with the first one's messages."""
+        if self.checkpoint.path is not None:
+            return
+        sub = self.broker.subscribe(self.topics["broadcast"], None)
+        try:
+            published = sum((await sub.end_offsets()).values())
+        finally:
+            await sub.close()
+        if published:
+            raise RunConflictError(
+                f"run {self.run_id} already has {published} broadcast(s) on the broker: it ran "
+                "before. To run it again, choose another [broker] namespace (or delete the "
+                "run's topics); to resume it, start the server with its checkpoint directory"
+            )
+
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""
         await self.broker.create_topics(list(self.topics.values()))
         t0 = time.perf_counter()
-        reports = self.broker.subscribe(self.topics["report"], "server")
+        await self._check_fresh_or_resuming()
+        reports = self.broker.subscribe(self.topics["report"], self.group)
         control = self.broker.subscribe(self.topics["control"], None)
 
         async def consume(sub: Any, handle: Callable[[Record], None]) -> None:

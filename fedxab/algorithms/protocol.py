@@ -31,7 +31,8 @@ Evaluate = Callable[[np.ndarray], np.ndarray]
 # ----------------------------------------------------------------------------- wire checks
 def wire_int(data: Mapping[str, Any], name: str, minimum: int = 0) -> int:
     value = _field(data, name)
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+    integer = type(value) is int or isinstance(value, np.integer)  # (a bool is neither)
+    if not integer or value < minimum:
         raise ProtocolError(f"field {name!r} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -67,7 +68,7 @@ def wire_array(
         if value.dtype.kind not in "fiu" and value.size:
             raise ProtocolError(f"field {name!r} must hold numbers, got dtype {value.dtype}")
         value = value.astype(np.float64, copy=False)
-        if finite and not np.all(np.isfinite(value)):
+        if finite and not np.isfinite(value).all():
             raise ProtocolError(f"field {name!r} holds NaN or infinite values")
     value = value.copy()
     value.setflags(write=False)
@@ -75,7 +76,7 @@ def wire_array(
 
 
 def _field(data: Mapping[str, Any], name: str) -> Any:
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):  # (dict first: the hot path)
         raise ProtocolError(f"message must be a map, got {type(data).__name__}")
     if name not in data:
         raise ProtocolError(f"missing field {name!r}")

@@ -22,6 +22,7 @@ matching msgpack scalar; tuples are written as lists.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -103,17 +104,10 @@ def _no_nested_ext(code: int, data: bytes) -> Any:
     raise ProtocolError(f"malformed array: extension type {code} inside an array body")
 
 
-def _decode_array(data: bytes) -> np.ndarray:
-    try:
-        body = msgpack.unpackb(data, raw=False, ext_hook=_no_nested_ext, use_list=True)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # any msgpack failure on untrusted bytes
-        raise ProtocolError(f"malformed array: body is not valid msgpack ({exc})") from exc
-    if not isinstance(body, list) or len(body) != 3:
-        raise ProtocolError("malformed array: body must be [dtype, shape, data]")
-    dtype_str, shape, raw = body
-    if not isinstance(dtype_str, str) or not _DTYPE_RE.fullmatch(dtype_str):
+@functools.lru_cache(maxsize=64)
+def _numeric_dtype(dtype_str: str) -> np.dtype:
+    """The numeric dtype named by ``dtype_str`` (parsed once per name), or ProtocolError."""
+    if not _DTYPE_RE.fullmatch(dtype_str):
         raise ProtocolError(
             f"malformed array: dtype {dtype_str!r} is not a numeric dtype ({_KIND_NAMES})"
         )
@@ -125,6 +119,24 @@ def _decode_array(data: bytes) -> np.ndarray:
         raise ProtocolError(
             f"malformed array: dtype {dtype_str!r} is not a numeric dtype ({_KIND_NAMES})"
         )
+    return dtype
+
+
+def _decode_array(data: bytes) -> np.ndarray:
+    try:
+        body = msgpack.unpackb(data, raw=False, ext_hook=_no_nested_ext, use_list=True)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # any msgpack failure on untrusted bytes
+        raise ProtocolError(f"malformed array: body is not valid msgpack ({exc})") from exc
+    if not isinstance(body, list) or len(body) != 3:
+        raise ProtocolError("malformed array: body must be [dtype, shape, data]")
+    dtype_str, shape, raw = body
+    if not isinstance(dtype_str, str):
+        raise ProtocolError(
+            f"malformed array: dtype {dtype_str!r} is not a numeric dtype ({_KIND_NAMES})"
+        )
+    dtype = _numeric_dtype(dtype_str)
     if not isinstance(shape, list) or len(shape) > MAX_NDIM:
         raise ProtocolError(f"malformed array: shape must be a list of at most {MAX_NDIM} sizes")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in shape):

@@ -16,7 +16,7 @@ import pytest
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
-from fedxab.agents.server import ServerAgent
+from fedxab.agents.server import RunConflictError, ServerAgent
 from fedxab.broker.base import run_topics
 from fedxab.broker.codec import Envelope, client_sender, packb
 from fedxab.broker.faults import FaultyBroker
@@ -261,3 +261,20 @@ def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
     assert all(p["reports_accepted"] == 5 for p in comm["per_phase"])
     assert record.evaluations == 5 * 2000  # client 5 never pulled
     assert np.isfinite(record.simple_regret)
+
+
+def test_a_second_start_of_a_finished_run_is_refused_and_its_checkpoint_replays(tmp_path):
+    config = _config(budget=400)
+
+    async def main():
+        broker = MemoryBroker()
+        first = await run_on_broker(config, SEED, broker, hosts=2, checkpoint_dir=tmp_path)
+        run_id = run_id_for(config, SEED)
+        with pytest.raises(RunConflictError, match="another \\[broker\\] namespace"):
+            await ServerAgent(config, SEED, broker, run_id=run_id).run()
+        (path,) = tmp_path.glob("*.ckpt")
+        again = await ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=path).run()
+        return first, again
+
+    first, again = asyncio.run(main())
+    assert _without_time(first) == _without_time(again) == _in_process(config)
