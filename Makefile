@@ -2,7 +2,8 @@
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
 #   make test   create .venv if missing, install fedxab[dev,bench], ruff + pytest
-#   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP)
+#   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
+#               transports)
 #
 # Every recipe line's exit status is kept: a lint error or a failed (or empty, exit code 5)
 # pytest run fails the target.
@@ -31,3 +32,4 @@ bench: $(BIN)/python
 	$(BIN)/python benchmarks/bench_hct_vs_pyxab.py
 	$(BIN)/python benchmarks/bench_federation.py
 	$(BIN)/python benchmarks/bench_dp_fedpne.py
+	$(BIN)/python benchmarks/bench_transports.py
