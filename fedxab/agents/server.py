@@ -249,16 +249,29 @@ class ServerAgent:
             )
         return msg
 
-    async def _wait_for_barrier(self) -> None:
-        opened = time.monotonic()
+    async def _wait_for_barrier(self, msg: Any) -> None:
+        """Until the phase barrier is met. A phase that makes no progress (no new report) for
+        ``rebroadcast_s`` seconds has its broadcast published again: a client that missed it
+        answers, one whose report was lost sends the same report again (from its reply cache)."""
+        opened = last_progress = time.monotonic()
+        reported = len(self._accepted)
+        deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
         while not self._barrier_met(opened):
             self._wakeup.clear()
-            timeout = None
-            deadline = self.settings.phase_deadline_s
+            now = time.monotonic()
+            timeout = repeat - (now - last_progress)
             if deadline is not None:
-                timeout = max(0.01, deadline - (time.monotonic() - opened))
+                timeout = min(timeout, deadline - (now - opened))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                await asyncio.wait_for(self._wakeup.wait(), max(0.001, timeout))
+            now = time.monotonic()
+            if len(self._accepted) > reported:
+                reported, last_progress = len(self._accepted), now
+            elif now - last_progress >= repeat:
+                log.info("run %s: phase %d stalled; broadcasting it again", self.run_id, self.phase)
+                self.counts["broadcast_repeated"] += 1
+                await self._publish(msg)
+                last_progress = now
 
     async def _close_phase(self, msg: Any, broadcast_bytes: int, commit: Any) -> Any:
         accepted = dict(self._accepted)
@@ -287,7 +300,7 @@ class ServerAgent:
             self.phase = int(msg.phase)
             self._accepted = {}
             broadcast_bytes = await self._publish(msg)
-            await self._wait_for_barrier()
+            await self._wait_for_barrier(msg)
             msg = await self._close_phase(msg, broadcast_bytes, reports.commit)
         self.finished = msg
         self.phase = int(msg.phase)

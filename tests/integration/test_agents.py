@@ -278,3 +278,23 @@ def test_a_second_start_of_a_finished_run_is_refused_and_its_checkpoint_replays(
 
     first, again = asyncio.run(main())
     assert _without_time(first) == _without_time(again) == _in_process(config)
+
+
+def test_lost_broadcasts_and_reports_are_recovered_by_rebroadcasting_a_stalled_phase():
+    config = _config(rebroadcast_s=0.05)
+    broker = FaultyBroker(MemoryBroker(), kinds=("broadcast", "report"), drop=0.2, seed=5)
+
+    async def main():
+        run_id, server, clients = await _agents(config, broker)
+        tasks = [asyncio.create_task(c.run()) for c in clients]
+        record = await asyncio.wait_for(server.run(), 30)
+        # a lost Finished would leave clients waiting: they end with the repeated ones, or here
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return record, server
+
+    record, server = asyncio.run(main())
+    assert broker.injected["dropped"] > 0
+    assert server.counts["broadcast_repeated"] > 0
+    assert _without_time(record) == _in_process(config)
