@@ -52,6 +52,16 @@ app = typer.Typer(
 )
 
 
+SeedOption = Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)]
+RepeatsOption = Annotated[
+    int | None, typer.Option(help="Override run.repeats.", show_default=False)
+]
+BudgetOption = Annotated[
+    int | None,
+    typer.Option(help="Override run.budget (evaluations per client).", show_default=False),
+]
+
+
 class MetricChoice(enum.StrEnum):
     cumulative_regret = "cumulative_regret"
     average_regret = "average_regret"
@@ -211,14 +221,9 @@ def run(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
-    repeats: Annotated[
-        int | None, typer.Option(help="Override run.repeats.", show_default=False)
-    ] = None,
-    budget: Annotated[
-        int | None,
-        typer.Option(help="Override run.budget (evaluations per client).", show_default=False),
-    ] = None,
+    seed: SeedOption = None,
+    repeats: RepeatsOption = None,
+    budget: BudgetOption = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -398,7 +403,21 @@ def _parse_client_ids(text: str, n_clients: int) -> list[int]:
     return sorted(ids)
 
 
-_BROKER_HELP = "kafka://HOST:PORT (or memory:// for a test); overrides broker.url."
+_BROKER_HELP = "kafka://HOST:PORT[,HOST:PORT]; overrides broker.url."
+
+
+def _shared_broker(cfg, role: str):
+    """The Kafka broker a separate server or client process needs (memory:// and inprocess://
+    live inside one process: `fedxab run` uses them)."""
+    from fedxab.broker.factory import make_broker
+
+    if not cfg.broker.url.startswith("kafka://"):
+        raise FedxabError(
+            f"--broker: a {role} process needs a broker other processes reach, "
+            f"kafka://HOST:PORT, got {cfg.broker.url!r} (run every agent in one process "
+            "with `fedxab run`)"
+        )
+    return make_broker(cfg.broker.url, cfg.broker)
 
 
 @app.command()
@@ -412,13 +431,9 @@ def server(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
-    repeats: Annotated[
-        int | None, typer.Option(help="Override run.repeats.", show_default=False)
-    ] = None,
-    budget: Annotated[
-        int | None, typer.Option(help="Override run.budget.", show_default=False)
-    ] = None,
+    seed: SeedOption = None,
+    repeats: RepeatsOption = None,
+    budget: BudgetOption = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Override run.output.", show_default=False),
@@ -427,7 +442,6 @@ def server(
 ) -> None:
     """Run the server of a federated job on a broker (clients run `fedxab client`)."""
     from fedxab.agents.distributed import serve
-    from fedxab.broker.factory import make_broker
     from fedxab.results import write_results
 
     console = _console()
@@ -435,9 +449,7 @@ def server(
         cfg = _load(config, seed, repeats, budget, output, broker)
         if cfg.broker is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
-        transport = make_broker(cfg.broker.url, cfg.broker)
-        if transport is None:
-            raise FedxabError("--broker: a server needs a broker, not inprocess://")
+        transport = _shared_broker(cfg, "server")
         console.print(
             f"[bold]fedxab server[/bold]: {escape(cfg.algorithm.name)}, "
             f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}",
@@ -485,26 +497,19 @@ def client(
         ),
     ],
     broker: Annotated[str | None, typer.Option(help=_BROKER_HELP, show_default=False)] = None,
-    seed: Annotated[int | None, typer.Option(help="Override run.seed.", show_default=False)] = None,
-    repeats: Annotated[
-        int | None, typer.Option(help="Override run.repeats.", show_default=False)
-    ] = None,
-    budget: Annotated[
-        int | None, typer.Option(help="Override run.budget.", show_default=False)
-    ] = None,
+    seed: SeedOption = None,
+    repeats: RepeatsOption = None,
+    budget: BudgetOption = None,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer."""
     from fedxab.agents.distributed import host_clients
-    from fedxab.broker.factory import make_broker
 
     with _errors_as_exit_code():
         cfg = _load(config, seed, repeats, budget, None, broker)
         if cfg.broker is None or cfg.federation is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         ids = _parse_client_ids(client_id, cfg.federation.clients)
-        transport = make_broker(cfg.broker.url, cfg.broker)
-        if transport is None:
-            raise FedxabError("--broker: clients need a broker, not inprocess://")
+        transport = _shared_broker(cfg, "client")
 
         async def service():
             async with transport:

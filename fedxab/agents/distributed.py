@@ -25,12 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.local import RunStartCallback, objective_info
+from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
 from fedxab.agents.server import ProgressCallback, ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
-from fedxab.objectives.registry import make_objective
-from fedxab.results import RunRecord, RunResults, summarize_communication
+from fedxab.results import RunRecord, RunResults
 
 __all__ = [
     "client_slices",
@@ -90,17 +89,6 @@ def _client_agent(config: Config, seed: int, broker: Broker, ids: list[int]) -> 
     )
 
 
-def _results(config: Config, runs: list[RunRecord]) -> RunResults:
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
-    return RunResults(
-        config=config.experiment_dict(),
-        algorithm=config.algorithm.name,
-        objective=objective_info(objective),
-        runs=tuple(runs),
-        communication=summarize_communication(runs),
-    )
-
-
 async def run_on_broker(
     config: Config,
     seed: int,
@@ -138,13 +126,8 @@ def run_on_broker_config(
         async with broker_factory() as broker:
             return await run_on_broker(config, seed, broker, hosts=hosts, progress=progress)
 
-    runs = []
-    seeds = config.run.seeds
-    for k, seed in enumerate(seeds):
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        runs.append(asyncio.run(one(seed)))
-    return _results(config, runs)
+    runs = [asyncio.run(one(seed)) for seed in announce_seeds(config, on_run_start)]
+    return collect_results(config, runs)
 
 
 async def serve(
@@ -156,13 +139,11 @@ async def serve(
     on_run_start: RunStartCallback | None = None,
 ) -> RunResults:
     """The server side of every seed of ``config`` (one after the other) on ``broker``."""
-    runs = []
-    seeds = config.run.seeds
-    for k, seed in enumerate(seeds):
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        runs.append(await _server_agent(config, seed, broker, checkpoint_dir, progress).run())
-    return _results(config, runs)
+    runs = [
+        await _server_agent(config, seed, broker, checkpoint_dir, progress).run()
+        for seed in announce_seeds(config, on_run_start)
+    ]
+    return collect_results(config, runs)
 
 
 async def host_clients(config: Config, broker: Broker, client_ids: list[int]) -> int:

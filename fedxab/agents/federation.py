@@ -52,7 +52,12 @@ from fedxab.agents.evaluation import (
     GlobalValues,
     RegretSums,
 )
-from fedxab.agents.local import ProgressCallback, RunStartCallback, objective_info
+from fedxab.agents.local import (
+    ProgressCallback,
+    RunStartCallback,
+    announce_seeds,
+    collect_results,
+)
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import make_federation
 from fedxab.broker.codec import packb, unpackb
@@ -66,7 +71,7 @@ from fedxab.objectives.families import (
 )
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
-from fedxab.results import RunRecord, RunResults, summarize_communication
+from fedxab.results import RunRecord, RunResults
 
 __all__ = [
     "Federation",
@@ -379,17 +384,5 @@ def run_federated_config(
     The ``objective`` block describes the configured (base) objective; with
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
     """
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
-    seeds = config.run.seeds
-    runs = []
-    for k, seed in enumerate(seeds):
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        runs.append(run_federated(config, seed, progress))
-    return RunResults(
-        config=config.experiment_dict(),
-        algorithm=config.algorithm.name,
-        objective=objective_info(objective),
-        runs=tuple(runs),
-        communication=summarize_communication(runs),
-    )
+    runs = [run_federated(config, seed, progress) for seed in announce_seeds(config, on_run_start)]
+    return collect_results(config, runs)

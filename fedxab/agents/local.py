@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from fedxab.config import Config
 from fedxab.objectives.base import Objective
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
-from fedxab.results import RunRecord, RunResults
+from fedxab.results import RunRecord, RunResults, summarize_communication
 from fedxab.seeding import stream
 
 __all__ = ["ProgressCallback", "RunStartCallback", "objective_info", "run_config", "run_single"]
@@ -123,16 +123,27 @@ def run_config(
     on_run_start: RunStartCallback | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results."""
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    runs = [run_single(config, seed, progress) for seed in announce_seeds(config, on_run_start)]
+    return collect_results(config, runs)
+
+
+def announce_seeds(config: Config, on_run_start: RunStartCallback | None) -> Iterator[int]:
+    """The seeds of ``config.run``, calling ``on_run_start(k, n, seed)`` before run k."""
     seeds = config.run.seeds
-    runs = []
     for k, seed in enumerate(seeds):
         if on_run_start is not None:
             on_run_start(k, len(seeds), seed)
-        runs.append(run_single(config, seed, progress))
+        yield seed
+
+
+def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
+    """The results of a job's runs: the experiment's config, the objective, the runs and (for
+    federated runs) the mean communication."""
+    objective = make_objective(config.objective.name, **dict(config.objective.params))
     return RunResults(
         config=config.experiment_dict(),
         algorithm=config.algorithm.name,
         objective=objective_info(objective),
         runs=tuple(runs),
+        communication=summarize_communication(runs),
     )

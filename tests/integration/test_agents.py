@@ -285,7 +285,7 @@ def test_lost_broadcasts_and_reports_are_recovered_by_rebroadcasting_a_stalled_p
     broker = FaultyBroker(MemoryBroker(), kinds=("broadcast", "report"), drop=0.2, seed=5)
 
     async def main():
-        run_id, server, clients = await _agents(config, broker)
+        _, server, clients = await _agents(config, broker)
         tasks = [asyncio.create_task(c.run()) for c in clients]
         record = await asyncio.wait_for(server.run(), 30)
         # a lost Finished would leave clients waiting: they end with the repeated ones, or here
