@@ -274,30 +274,8 @@ def run(
                 f"{cfg.run.repeats} run(s) from seed {cfg.run.seed}",
                 soft_wrap=True,
             )
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("evals" if fed is None else "rounds"),
-            TextColumn("cumulative regret {task.fields[regret]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            disable=quiet,
-        )
-        task: list[TaskID] = []
-
-        def on_run_start(index: int, total: int, run_seed: int) -> None:
-            task.append(
-                progress.add_task(
-                    f"run {index + 1}/{total} (seed {run_seed})",
-                    total=cfg.run.budget,
-                    regret="-",
-                )
-            )
-
-        def on_progress(done: int, total: int, cum: float) -> None:
-            progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+        progress = _progress(console, quiet, "evals" if fed is None else "rounds")
+        on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
 
         with progress:
             if fed is None:
@@ -455,18 +433,8 @@ def server(
             f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}",
             soft_wrap=True,
         )
-        progress = _federation_progress(console, quiet)
-        task: list[TaskID] = []
-
-        def on_run_start(index: int, total: int, run_seed: int) -> None:
-            task.append(
-                progress.add_task(
-                    f"run {index + 1}/{total} (seed {run_seed})", total=cfg.run.budget, regret="-"
-                )
-            )
-
-        def on_progress(done: int, total: int, cum: float) -> None:
-            progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+        progress = _progress(console, quiet, "rounds")
+        on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
 
         async def service():
             async with transport:
@@ -545,17 +513,33 @@ def dev_broker(
         _interruptible(threading.Event().wait)
 
 
-def _federation_progress(console: Console, quiet: bool) -> Progress:
+def _progress(console: Console, quiet: bool, unit: str) -> Progress:
+    """A progress display: one bar per run, counting ``unit`` (evals or rounds per client)."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("rounds"),
+        TextColumn(unit),
         TextColumn("cumulative regret {task.fields[regret]}"),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=console,
         disable=quiet,
     )
+
+
+def _run_callbacks(progress: Progress, budget: int):
+    """``(on_run_start, on_progress)`` for the runners: a new bar per run, then its updates."""
+    task: list[TaskID] = []
+
+    def on_run_start(index: int, total: int, run_seed: int) -> None:
+        description = f"run {index + 1}/{total} (seed {run_seed})"
+        task.append(progress.add_task(description, total=budget, regret="-"))
+
+    def on_progress(done: int, total: int, cum: float) -> None:
+        progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+
+    return on_run_start, on_progress
 
 
 @app.command()
