@@ -134,16 +134,25 @@ class DevBroker:
     the interpreter exits is stopped then.
     """
 
-    def __init__(self, port: int | None = None, *, startup_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        advertised_port: int | None = None,
+        startup_timeout: float = 15.0,
+    ) -> None:
         self.port = free_port() if port is None else port
+        self.advertised_port = self.port if advertised_port is None else advertised_port
+        """The port the broker tells clients to connect to: its own, or (tests) a forwarder's."""
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:PORT``: the ``bootstrap_servers`` of a Kafka client."""
-        return f"{_HOST}:{self.port}"
+        """``127.0.0.1:PORT``: the ``bootstrap_servers`` of a Kafka client (the advertised
+        port)."""
+        return f"{_HOST}:{self.advertised_port}"
 
     @property
     def url(self) -> str:
@@ -163,9 +172,9 @@ class DevBroker:
         """
         if self.running:
             return
-        listener = f"tcp://{self.address}"
         command = [_broker_binary(), "broker", "--storage-engine", "memory://tansu/"]
-        command += ["--listener-url", listener, "--advertised-listener-url", listener]
+        command += ["--listener-url", f"tcp://{_HOST}:{self.port}"]
+        command += ["--advertised-listener-url", f"tcp://{self.address}"]
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (kept open until stop())
         self._process = subprocess.Popen(
             command,
@@ -189,17 +198,17 @@ class DevBroker:
             if self._process.poll() is not None:
                 raise DevBrokerError(
                     f"the dev broker exited with status {self._process.returncode} before it was "
-                    f"ready on {self.address}; its output ends with:\n{self._output_tail()}"
+                    f"ready on port {self.port}; its output ends with:\n{self._output_tail()}"
                 )
             try:
-                if (_HOST, self.port) in _advertised_brokers(self.port, timeout=1.0):
+                if (_HOST, self.advertised_port) in _advertised_brokers(self.port, timeout=1.0):
                     return
                 last_error = ConnectionError("the broker does not advertise its own address")
             except (OSError, struct.error, UnicodeDecodeError) as exc:
                 last_error = exc
             time.sleep(0.05)
         raise DevBrokerError(
-            f"the dev broker did not answer on {self.address} within {self.startup_timeout} s "
+            f"the dev broker did not answer on port {self.port} within {self.startup_timeout} s "
             f"(last error: {last_error}); its output ends with:\n{self._output_tail()}"
         )
 

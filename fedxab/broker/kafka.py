@@ -277,17 +277,22 @@ class KafkaBroker(Broker):
         return sorted(partitions)
 
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
-        """Append one record (``key`` encoded as UTF-8); returns once all replicas have it."""
+        """Append one record (``key`` encoded as UTF-8); returns once all replicas have it.
+
+        A failed send is retried like a connection (``reconnect_attempts``, backoff), then
+        raises :class:`BrokerError`."""
         if not isinstance(value, bytes):
             raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
         if key is not None and not isinstance(key, str):
             raise ProtocolError(f"record keys are str or None, got {type(key).__name__}")
         producer = await self._ready_producer()
         await self._ensure_topics([topic])
-        try:
-            await producer.send_and_wait(topic, value, key=None if key is None else key.encode())
-        except KafkaError as exc:
-            raise BrokerError(f"publishing to topic {topic!r} failed: {exc}") from exc
+        raw_key = None if key is None else key.encode()
+        # Retried with backoff: a broker that restarts is unreachable for a while.
+        await self._retry(
+            f"publish to topic {topic!r}",
+            lambda: producer.send_and_wait(topic, value, key=raw_key),
+        )
 
     def subscribe(self, topic: str, group: str | None) -> Subscription:
         """A subscription to ``topic``; its consumer connects on ``async with`` or first use."""
