@@ -410,11 +410,19 @@ class AgentsConfig(Section):
     """Seconds between a client's heartbeats on the control topic."""
     rebroadcast_s: float = 10.0
     """Seconds without a new report after which the server publishes the open phase again."""
+    telemetry_interval_s: float = 1.0
+    """Seconds between a client's regret telemetry messages (all phases since the last one)."""
     telemetry_timeout_s: float = 60.0
     """Seconds the server waits, after the last phase, for the clients' regret telemetry."""
 
     def _check(self) -> None:
-        for name in ("phase_deadline_s", "heartbeat_s", "rebroadcast_s", "telemetry_timeout_s"):
+        for name in (
+            "phase_deadline_s",
+            "heartbeat_s",
+            "rebroadcast_s",
+            "telemetry_interval_s",
+            "telemetry_timeout_s",
+        ):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"agents.{name}", f"must be a number of seconds > 0, got {value}")

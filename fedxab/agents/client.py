@@ -3,8 +3,9 @@
 One agent (one process, or one task in ``fedxab run``) hosts any number of clients; it reads the
 broadcast topic once for all of them. For every broadcast it runs each hosted client's state
 machine (``client.answer(broadcast, evaluate)``) in an executor thread, so a slow black box never
-blocks the event loop (heartbeats go on), then publishes, per client, the phase's telemetry
-(control topic) and the report (report topic, key = client id).
+blocks the event loop (heartbeats go on), then publishes, per client, the report (report topic,
+key = client id). The regret telemetry of the pulls (control topic) goes out in batches: one
+message per client at most every ``[agents] telemetry_interval_s``, and at the end.
 
 Restart: the broadcast topic is read from its beginning, without a consumer group. A restarted
 agent therefore rebuilds every hosted client by replaying all past broadcasts: the clients pull
@@ -87,7 +88,10 @@ class ClientAgent:
             )
             for m in client_ids
         }
+        self.telemetry_interval_s = config.agents.telemetry_interval_s
         self._last_telemetry: dict[int, Telemetry] = {}
+        self._unsent: dict[int, list[Telemetry]] = {}
+        self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
         self.finished: Finished | None = None
 
@@ -125,8 +129,9 @@ class ClientAgent:
         log.warning("run %s: invalid broadcast: %s", self.run_id, reason)
         return None
 
-    def answer_all(self, broadcast: Any) -> list[tuple[int, Any, Telemetry]]:
-        """Every hosted client's report and telemetry for ``broadcast`` (runs in a thread)."""
+    def answer_all(self, broadcast: Any) -> list[tuple[int, Any]]:
+        """Every hosted client's report for ``broadcast`` (runs in a thread); the telemetry of
+        the pulls waits in :attr:`_unsent` for the next flush."""
         phase = int(broadcast.phase)
         out = []
         for m, client in self.clients.items():
@@ -141,23 +146,36 @@ class ClientAgent:
             if telemetry.count == 0 and last is not None and last.phase == phase:
                 telemetry = last  # a redelivered broadcast: send the same telemetry again
             self._last_telemetry[m] = telemetry
-            out.append((m, report, telemetry))
+            self._unsent.setdefault(m, []).append(telemetry)
+            out.append((m, report))
         return out
 
-    async def _send(self, answers: list[tuple[int, Any, Telemetry]], phase: int) -> None:
-        for m, report, telemetry in answers:
-            body = packb(telemetry.to_wire())
-            await self.broker.publish(
-                self.topics["control"],
-                str(m),
-                self._envelope("telemetry", m, phase, f"telemetry:{phase}", body),
-            )
+    async def _send(self, answers: list[tuple[int, Any]], phase: int) -> None:
+        for m, report in answers:
             await self.broker.publish(
                 self.topics["report"],
                 str(m),
                 self._envelope("report", m, phase, f"report:{phase}", packb(report.to_wire())),
             )
         self.counts["reports_sent"] += len(answers)
+        if time.monotonic() - self._last_flush >= self.telemetry_interval_s:
+            await self._flush_telemetry()
+
+    async def _flush_telemetry(self) -> None:
+        """Publish, per client, the telemetry of the phases it answered since the last flush, as
+        one message (a list): at most one per client and ``telemetry_interval_s``, and at the
+        end. The server drops entries it already has, so a resent entry changes nothing."""
+        for m, entries in self._unsent.items():
+            if entries:
+                first, last = entries[0].phase, entries[-1].phase
+                body = packb([t.to_wire() for t in entries])
+                await self.broker.publish(
+                    self.topics["control"],
+                    str(m),
+                    self._envelope("telemetry", m, last, f"telemetry:{first}-{last}", body),
+                )
+        self._unsent = {}
+        self._last_flush = time.monotonic()
 
     async def _heartbeats(self) -> None:
         beat = 0
@@ -190,6 +208,7 @@ class ClientAgent:
                     continue
                 if isinstance(msg, Finished):
                     self.finished = msg
+                    await self._flush_telemetry()
                     break
                 answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
                 if record.offset >= replay_until:

@@ -211,6 +211,14 @@ class RegretSums:
         key = (telemetry.phase, telemetry.client)
         if key in self._seen:
             return False
+        self.check(telemetry)
+        self._seen.add(key)
+        self._pending.append(telemetry)
+        return True
+
+    def check(self, telemetry: Telemetry) -> None:
+        """Raise ProtocolError unless ``telemetry`` fits: a known client, within the budget,
+        with the terms whose optimum is known."""
         if not 0 <= telemetry.client < self.n_clients:
             raise ProtocolError(
                 f"telemetry of client {telemetry.client}; expected an id in 0..{self.n_clients - 1}"
@@ -226,9 +234,6 @@ class RegretSums:
         ):
             if known and getattr(telemetry, name) is None:
                 raise ProtocolError(f"telemetry of client {telemetry.client} lacks {name!r}")
-        self._seen.add(key)
-        self._pending.append(telemetry)
-        return True
 
     def flush(self) -> None:
         """Add every buffered telemetry into the sums, in (phase, client) order."""

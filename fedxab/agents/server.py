@@ -125,8 +125,11 @@ class ServerAgent:
 
     # ----------------------------------------------------------------------------- messages
     def _reject(self, outcome: str, reason: str, where: str = "report") -> None:
+        """Count a rejected message and log one line: a warning for an invalid one, info for a
+        late one (normal under at-least-once delivery, e.g. after a repeated broadcast)."""
         self.counts[f"{where}_{outcome}"] += 1
-        log.warning("run %s: %s %s: %s", self.run_id, outcome, where, reason)
+        level = logging.WARNING if outcome == "invalid" else logging.INFO
+        log.log(level, "run %s: %s %s: %s", self.run_id, outcome, where, reason)
 
     def _envelope(self, record: Record, kinds: tuple[str, ...], where: str) -> Envelope | None:
         """The record's envelope if it is for this run, of an expected kind, from a known
@@ -195,20 +198,34 @@ class ServerAgent:
             self.left.add(m)
         elif env.kind == "telemetry":
             try:
-                telemetry = Telemetry.from_wire(env.body())
-                if telemetry.client != m or telemetry.phase != env.phase:
-                    raise ProtocolError("telemetry client or phase does not match its envelope")
-                fresh = self.sums.add(telemetry)
+                entries = self._telemetry_entries(env, m)
             except ProtocolError as exc:
                 self._reject("invalid", f"telemetry of client {m}: {exc}", "control")
                 return
-            if fresh:
-                end = telemetry.start + telemetry.count
-                self.covered[m] = max(self.covered[m], end)
-                if telemetry.global_terms is not None:
-                    self.live_regret += float(telemetry.global_terms.sum())
-                self._wakeup.set()
+            for telemetry in entries:
+                if self.sums.add(telemetry):
+                    end = telemetry.start + telemetry.count
+                    self.covered[m] = max(self.covered[m], end)
+                    if telemetry.global_terms is not None:
+                        self.live_regret += float(telemetry.global_terms.sum())
+            self._wakeup.set()
         self.counts[f"control_{env.kind}"] += 1
+
+    def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
+        """The telemetry entries of a message from client ``m``, all checked before any is used:
+        each of client ``m``, of a phase up to the envelope's, accepted by the regret sums."""
+        body = env.body()
+        if not isinstance(body, list) or not body:
+            raise ProtocolError("telemetry must be a non-empty list of entries")
+        entries = [Telemetry.from_wire(item) for item in body]
+        for t in entries:
+            if t.client != m or t.phase > env.phase:
+                raise ProtocolError(
+                    f"entry of client {t.client}, phase {t.phase} in a message of client {m}, "
+                    f"phase {env.phase}"
+                )
+            self.sums.check(t)
+        return entries
 
     # --------------------------------------------------------------------------- the phases
     def _barrier_met(self, opened: float) -> bool:
@@ -307,14 +324,19 @@ class ServerAgent:
         await self._publish(msg)
 
     async def _wait_for_telemetry(self) -> None:
-        """Until every client's telemetry covers its budget, or ``telemetry_timeout_s``."""
+        """Until every client's telemetry covers its budget, or ``telemetry_timeout_s``. Clients
+        send their last telemetry when they see the final answer, so while some is missing the
+        final answer is broadcast again every ``rebroadcast_s`` (one may have been lost)."""
         stop = time.monotonic() + self.settings.telemetry_timeout_s
         while min(self.covered) < self.budget and time.monotonic() < stop:
             self._wakeup.clear()
+            wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
             try:
-                await asyncio.wait_for(self._wakeup.wait(), max(0.01, stop - time.monotonic()))
+                await asyncio.wait_for(self._wakeup.wait(), max(0.001, wait))
             except TimeoutError:
-                break
+                if time.monotonic() < stop:
+                    self.counts["broadcast_repeated"] += 1
+                    await self._publish(self.finished)
         missing = [m for m, c in enumerate(self.covered) if c < self.budget]
         if missing:
             log.warning(

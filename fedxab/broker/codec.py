@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Self
 
 import msgpack
@@ -251,7 +251,7 @@ class Envelope:
     sent_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
 
-    @property
+    @functools.cached_property
     def client_id(self) -> int | None:
         """The sending client's id, or ``None`` for the server."""
         return None if self.sender == SERVER else int(self.sender[len(_CLIENT_PREFIX) :])
@@ -299,10 +299,9 @@ class Envelope:
                 f"envelope field 'schema_version': unknown schema version {version!r}; "
                 f"this fedxab reads version {SCHEMA_VERSION} only"
             )
-        expected = {f for f in cls.__dataclass_fields__}
-        extra = sorted(set(raw) - expected)
-        missing = sorted(expected - set(raw))
-        if extra or missing:
+        if raw.keys() != _ENVELOPE_FIELDS:
+            extra = sorted(set(raw) - _ENVELOPE_FIELDS)
+            missing = sorted(_ENVELOPE_FIELDS - set(raw))
             what = "; ".join(
                 part
                 for part in (
@@ -359,3 +358,6 @@ class Envelope:
             sent_at=float(sent_at),
             schema_version=version,
         )
+
+
+_ENVELOPE_FIELDS = frozenset(f.name for f in fields(Envelope))
