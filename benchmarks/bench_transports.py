@@ -165,11 +165,13 @@ def kafka_processes(address: str) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         results = json.loads((Path(tmp) / "out" / "results.json").read_text())
     run = results["runs"][0]
+    run.pop("wall_time_s")
     return {
         "seconds": seconds,
         "exit_codes": codes,
         "rounds": run["communication"]["rounds"],
         "evaluations": run["evaluations"],
+        "identical": run == _without_time(_in_process(config)),
     }
 
 
@@ -270,7 +272,8 @@ def main() -> None:
         f"Kafka run under 30 s: {'yes' if kafka_time < 30 else 'NO'} ({kafka_time:.2f} s)",
         f"results identical on every transport: "
         f"{'yes' if all(r['identical'] for r in rows) else 'NO'}",
-        f"Kafka scale run exit codes: {kafka_scale['exit_codes']}",
+        f"Kafka scale run exit codes: {kafka_scale['exit_codes']}, results identical to "
+        f"in-process: {'yes' if kafka_scale['identical'] else 'NO'}",
     ]
     env = environment()
     print(
