@@ -173,6 +173,10 @@ def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, byte
     """(record key, value, expected outcome) of hostile or broken reports."""
     n = config.federation.clients
 
+    def report(means: np.ndarray, client: int = 0) -> bytes:
+        body = {"kind": "fedpne.report", "phase": phase, "client": client, "complete": True}
+        return packb({**body, "means": means})
+
     def env(**changes):
         fields = dict(
             run_id=run_id,
@@ -180,34 +184,20 @@ def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, byte
             phase=phase,
             sender=client_sender(0),
             msg_id="x",
-            payload=packb(
-                {
-                    "kind": "fedpne.report",
-                    "phase": phase,
-                    "client": 0,
-                    "complete": True,
-                    "means": np.array([0.5]),
-                }
-            ),
+            payload=report(np.array([0.5])),
         )
         fields.update(changes)
         return Envelope(**fields).encode()
 
-    nan_means = packb(
-        {
-            "kind": "fedpne.report",
-            "phase": phase,
-            "client": 0,
-            "complete": True,
-            "means": np.array([math.nan]),
-        }
-    )
     return [
         ("0", b"\x93garbage", "invalid"),
         ("0", env(run_id="another-run"), "invalid"),
         (str(n), env(sender=client_sender(n)), "invalid"),  # unknown client
         ("1", env(), "invalid"),  # key of client 1, envelope of client 0
-        ("0", env(payload=nan_means), "invalid"),  # NaN statistic
+        ("0", env(payload=report(np.array([math.nan]))), "invalid"),  # NaN statistic
+        ("0", env(payload=report(np.array([math.inf]))), "invalid"),  # infinite statistic
+        # not one mean per active node, from the client the phase still waits for
+        ("5", env(sender=client_sender(5), payload=report(np.zeros(1000), 5)), "invalid"),
         ("0", env(phase=phase + 5), "invalid"),  # a future phase
         ("0", env(phase=max(phase - 1, 0)), "late"),  # a past phase
         ("0", env(kind="join"), "invalid"),
@@ -236,7 +226,7 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
     expected = {"invalid": 0, "late": 0}
     for _, _, outcome in bad:
         expected[outcome] += 1
-    assert expected == {"invalid": 7, "late": 1}
+    assert expected == {"invalid": 9, "late": 1}
     assert server.counts["report_invalid"] == expected["invalid"]
     assert server.counts["report_late"] == expected["late"]
     assert _without_time(record) == _in_process(config)
