@@ -542,6 +542,75 @@ def _run_callbacks(progress: Progress, budget: int):
     return on_run_start, on_progress
 
 
+def _cell(column: str, value: object) -> str:
+    """A table cell of `fedxab audit`."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "YES" if value else "no"
+    if column == "delta":
+        return f"{value:g}"
+    return _fmt(value) if isinstance(value, float) else str(value)
+
+
+@app.command()
+def audit(
+    ledger: Annotated[
+        Path, typer.Argument(help="Privacy ledger file (SQLite).", show_default=False)
+    ],
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="Only this run (default: every run).")
+    ] = None,
+    client_id: Annotated[
+        int | None, typer.Option("--client", help="One client's event history.")
+    ] = None,
+    accountant: Annotated[
+        str, typer.Option(help="Recompute epsilon with this accountant: rdp or moments.")
+    ] = "rdp",
+    delta: Annotated[
+        float | None,
+        typer.Option(help="Delta for clients without a budget (default: the budget's delta)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
+    import json
+
+    from fedxab.privacy.audit import client_history, client_summaries
+    from fedxab.privacy.ledger import PrivacyLedger
+
+    console = _console()
+    with _errors_as_exit_code():
+        if not ledger.is_file():
+            raise FedxabError(f"{ledger}: no such ledger file")
+        with PrivacyLedger(ledger, accountant=accountant) as book:
+            if client_id is not None:
+                runs = [run_id] if run_id is not None else book.runs()
+                if len(runs) != 1:
+                    raise FedxabError(f"--client needs --run: the ledger holds runs {runs}")
+                rows = client_history(book, runs[0], client_id, delta)
+                title = f"run {runs[0]}, client {client_id} ({accountant} accountant)"
+                columns = ["phase", "release", "recorded_at", "noise_multiplier",
+                           "sampling_rate", "count", "epsilon_after", "over_budget"]  # fmt: skip
+            else:
+                rows = client_summaries(book, run_id, delta)
+                title = f"privacy ledger {ledger} ({accountant} accountant)"
+                columns = ["run", "client", "releases", "delta", "epsilon", "budget_epsilon",
+                           "remaining", "over_budget"]  # fmt: skip
+        if as_json:
+            console.print_json(json.dumps(rows))
+            return
+        table = Table(title=title)
+        for name in columns:
+            table.add_column(name.replace("_", " "), justify="left" if name == "run" else "right")
+        for row in rows:
+            table.add_row(
+                *(_cell(c, row[c]) for c in columns),
+                style="bold red" if row.get("over_budget") else None,
+            )
+        console.print(table)
+
+
 @app.command()
 def plot(
     results: Annotated[

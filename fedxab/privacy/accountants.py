@@ -23,10 +23,12 @@ thousand clients with the same history cost one accounting.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 import dp_accounting
@@ -73,8 +75,22 @@ def _scopes(events: Iterable[PrivacyEvent]) -> list[tuple[PrivacyEvent, ...]]:
     return [tuple(group) for group in groups.values()]
 
 
+@contextlib.contextmanager
+def _quiet_fractional_orders() -> Iterator[None]:
+    """dp-accounting logs a warning (through absl) for every fractional order near 1 whose
+    series does not converge, and leaves that order out, which is the right thing: keep those
+    lines out of fedxab's output."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
 def _rdp_accountant(
-    group: tuple[PrivacyEvent, ...], orders
+    group: tuple[PrivacyEvent, ...], orders: tuple[int, ...] | None
 ) -> rdp_privacy_accountant.RdpAccountant:
     accountant = rdp_privacy_accountant.RdpAccountant(
         orders=list(orders) if orders is not None else None,
@@ -87,7 +103,8 @@ def _rdp_accountant(
             if event.sampling_rate == 1
             else dp_accounting.PoissonSampledDpEvent(event.sampling_rate, gaussian)
         )
-        accountant.compose(dp_event, event.count)
+        with _quiet_fractional_orders():
+            accountant.compose(dp_event, event.count)
     return accountant
 
 

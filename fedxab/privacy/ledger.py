@@ -160,12 +160,16 @@ class PrivacyLedger:
     # ------------------------------------------------------------------------------- reads
     def events(self, run: str, client: int) -> list[PrivacyEvent]:
         """The client's events, in (phase, release) order."""
+        return [event for *_, event in self.history(run, client)]
+
+    def history(self, run: str, client: int) -> list[tuple[int, int, str, PrivacyEvent]]:
+        """``(phase, release, recorded_at, event)`` of each of the client's releases, in order."""
         rows = self._db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE run=? AND client=? "
-            "ORDER BY phase, release",
+            f"SELECT phase, release, recorded_at, {_EVENT_COLUMNS} FROM events "
+            "WHERE run=? AND client=? ORDER BY phase, release",
             (run, int(client)),
         )
-        return [PrivacyEvent(*row) for row in rows]
+        return [(r[0], r[1], r[2], PrivacyEvent(*r[3:])) for r in rows]
 
     def budget(self, run: str, client: int) -> Budget | None:
         row = self._db.execute(

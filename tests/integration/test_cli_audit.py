@@ -1,0 +1,89 @@
+"""fedxab audit: per-client table, one client's history, JSON, another accountant, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fedxab.cli import app
+from fedxab.privacy.accountants import make_accountant
+from fedxab.privacy.ledger import Budget, PrivacyLedger
+from fedxab.privacy.mechanisms import PrivacyEvent
+
+runner = CliRunner()
+EVENT = PrivacyEvent("gaussian", 1.5, 0.2, 1.0, 1)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    path = tmp_path / "ledger.db"
+    with PrivacyLedger(path) as book:
+        for client, releases in ((0, 3), (1, 9)):
+            book.set_budget("run-a", client, Budget(2.0, 1e-5))
+            for phase in range(1, releases + 1):
+                book.record("run-a", client, phase, EVENT)
+        book.record("run-b", 4, 1, EVENT)  # a client without a budget
+    return path
+
+
+def test_json_rows_recompute_epsilon_and_flag_clients_over_budget(ledger):
+    result = runner.invoke(app, ["audit", str(ledger), "--run", "run-a", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    rdp = make_accountant("rdp")
+    assert [(r["client"], r["releases"]) for r in rows] == [(0, 3), (1, 9)]
+    for row, releases in zip(rows, (3, 9), strict=True):
+        assert row["epsilon"] == pytest.approx(rdp.epsilon([EVENT] * releases, 1e-5))
+        assert row["remaining"] == pytest.approx(2.0 - row["epsilon"])
+        assert row["over_budget"] == (row["epsilon"] > 2.0)
+    assert [r["over_budget"] for r in rows] == [False, True]
+
+
+def test_another_accountant_and_a_delta_for_clients_without_budget(ledger):
+    result = runner.invoke(
+        app, ["audit", str(ledger), "--accountant", "moments", "--delta", "1e-6", "--json"]
+    )
+    rows = {(r["run"], r["client"]): r for r in json.loads(result.output)}
+    moments = make_accountant("moments")
+    assert rows[("run-b", 4)]["epsilon"] == pytest.approx(moments.epsilon([EVENT], 1e-6))
+    assert rows[("run-b", 4)]["budget_epsilon"] is None
+    assert rows[("run-a", 0)]["accountant"] == "moments"
+
+
+def test_one_clients_history_and_the_table(ledger):
+    history = runner.invoke(
+        app, ["audit", str(ledger), "--run", "run-a", "--client", "1", "--json"]
+    )
+    events = json.loads(history.output)
+    assert [e["phase"] for e in events] == list(range(1, 10))
+    epsilons = [e["epsilon_after"] for e in events]
+    assert epsilons == sorted(epsilons)
+    assert events[-1]["over_budget"] and not events[0]["over_budget"]
+    table = runner.invoke(app, ["audit", str(ledger)])
+    assert table.exit_code == 0 and "YES" in table.output and "run-b" in table.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--client", "1"], "--client needs --run"),
+        (["--run", "run-z"], "no run 'run-z'"),
+        (["--run", "run-a", "--client", "7"], "no release"),
+        (["--accountant", "renyi"], "privacy.accountant"),
+    ],
+)
+def test_bad_options_are_one_clear_error(ledger, args, message):
+    result = runner.invoke(app, ["audit", str(ledger), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_a_missing_or_corrupted_ledger_is_one_clear_error(tmp_path):
+    missing = runner.invoke(app, ["audit", str(tmp_path / "none.db")])
+    assert missing.exit_code == 2 and "no such ledger file" in missing.output
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"\x00garbage" * 64)
+    corrupted = runner.invoke(app, ["audit", str(bad)])
+    assert corrupted.exit_code == 2 and "corrupted" in corrupted.output
