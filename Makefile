@@ -1,7 +1,8 @@
 # fedxab: the two commands of the README, plus the benchmark.
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
-#   make test   create .venv if missing, install fedxab[dev,bench], ruff + pytest
+#   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + pytest
+#               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one)
 #   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
 #               transports)
 #
@@ -23,7 +24,7 @@ run: $(BIN)/python
 	$(BIN)/fedxab run
 
 test: $(BIN)/python
-	$(PIP) -e '.[dev,bench]'
+	$(PIP) torch==2.13.0 -e '.[dev,bench,opacus]'
 	$(BIN)/ruff check fedxab tests benchmarks
 	$(BIN)/pytest
 

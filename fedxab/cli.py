@@ -565,7 +565,10 @@ def audit(
         int | None, typer.Option("--client", help="One client's event history.")
     ] = None,
     accountant: Annotated[
-        str, typer.Option(help="Recompute epsilon with this accountant: rdp or moments.")
+        str,
+        typer.Option(
+            help="Recompute epsilon with this accountant: rdp, moments, opacus-rdp, opacus-prv."
+        ),
     ] = "rdp",
     delta: Annotated[
         float | None,
