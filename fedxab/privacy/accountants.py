@@ -55,7 +55,7 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.validation import check_choice, check_positive
 
-__all__ = ["ACCOUNTANTS", "Accountant", "make_accountant"]
+__all__ = ["ACCOUNTANTS", "Accountant", "make_accountant", "noise_multiplier_for"]
 
 ACCOUNTANTS = ("rdp", "moments", "opacus-rdp", "opacus-prv")
 OPACUS_INSTALL = "pip install torch==2.13.0 'fedxab[opacus]'"
@@ -327,3 +327,29 @@ def make_accountant(name: str) -> Accountant:
     Opacus installed is a :class:`~fedxab.errors.ConfigError` naming the install command."""
     check_choice("privacy.accountant", name, ACCOUNTANTS)
     return _BACKENDS[name]()
+
+
+def noise_multiplier_for(
+    epsilon: float, delta: float, rounds: int, sampling_rate: float, accountant: str = "rdp"
+) -> float:
+    """The smallest noise multiplier z (to 1e-4 relative) with which ``rounds`` releases of the
+    Poisson-subsampled Gaussian at rate ``sampling_rate`` stay within (``epsilon``, ``delta``)
+    under ``accountant`` (bisection over z >= 0.01: epsilon decreases as z grows)."""
+    epsilon = check_positive("privacy.epsilon", epsilon)
+    delta = _check_delta(delta)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError("privacy.rounds", f"must be an integer >= 1, got {rounds!r}")
+    backend = make_accountant(accountant)
+
+    def spent(z: float) -> float:
+        return backend.epsilon([PrivacyEvent("gaussian", z, sampling_rate, 1.0, rounds)], delta)
+
+    lo, hi = 1e-2, 1.0
+    while spent(hi) > epsilon:
+        lo, hi = hi, 2 * hi
+        if hi > 1e6:
+            raise ConfigError("privacy.epsilon", f"no noise multiplier reaches epsilon {epsilon}")
+    while hi - lo > 1e-4 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) > epsilon else (lo, mid)
+    return hi

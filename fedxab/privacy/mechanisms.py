@@ -116,3 +116,43 @@ class GaussianMechanism:
         noisy = values + rng.normal(0.0, self.sigma, size=values.shape)
         event = PrivacyEvent("gaussian", self.noise_multiplier, 1.0, self.sensitivity, 1, scope)
         return noisy, event
+
+
+def clip_l2(values: np.ndarray, bound: float) -> np.ndarray:
+    """``values`` scaled down, if needed, so that its L2 norm is at most ``bound`` (Abadi et al.
+    2016, Algorithm 1's clipping): the direction is kept, a vector inside the ball is unchanged."""
+    bound = check_positive("privacy.clip_bound", bound)
+    values = np.asarray(values, dtype=np.float64)
+    norm = float(np.linalg.norm(values))
+    return values if norm <= bound else values * (bound / norm)
+
+
+def clip_l2_blocks(values: np.ndarray, bound: float, blocks: int) -> np.ndarray:
+    """``values`` cut into ``blocks`` equal parts, each clipped to L2 norm ``bound / sqrt(blocks)``,
+    so the whole vector's norm is at most ``bound`` (DP-FTS-DE's per-sub-region clipping with
+    S / sqrt(P), spec-dpftsde §3.6)."""
+    bound = check_positive("privacy.clip_bound", bound)
+    values = np.asarray(values, dtype=np.float64)
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ConfigError("privacy.blocks", f"must be an integer >= 1, got {blocks!r}")
+    if values.ndim != 1 or values.size % blocks:
+        raise ConfigError(
+            "privacy.blocks",
+            f"{blocks} block(s) do not divide a vector of shape {values.shape} into equal parts",
+        )
+    parts = values.reshape(blocks, -1)
+    norms = np.linalg.norm(parts, axis=1, keepdims=True)
+    limit = bound / math.sqrt(blocks)
+    scale = np.minimum(1.0, limit / np.where(norms > 0, norms, 1.0))
+    return (parts * scale).reshape(-1)
+
+
+def poisson_subsample(n: int, q: float, rng: np.random.Generator) -> np.ndarray:
+    """The indices among ``0..n-1`` chosen independently, each with probability ``q``
+    (Poisson subsampling, the sampling of the subsampled Gaussian mechanism)."""
+    q = check_positive("privacy.sampling_rate", q)
+    if q > 1:
+        raise ConfigError("privacy.sampling_rate", f"must lie in (0, 1], got {q}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError("privacy.population", f"must be an integer >= 0, got {n!r}")
+    return np.arange(n) if q == 1 else np.flatnonzero(rng.random(n) < q)

@@ -1,4 +1,5 @@
-"""Gaussian mechanism calibrations: classic (Dwork & Roth Thm A.1), analytic (Balle & Wang)."""
+"""Mechanisms: Gaussian calibrations (classic, analytic), clipping, Poisson subsampling, and
+the noise multiplier for a target epsilon."""
 
 import math
 
@@ -6,7 +7,16 @@ import numpy as np
 import pytest
 
 from fedxab.errors import ConfigError
-from fedxab.privacy.mechanisms import GaussianMechanism, _analytic_delta, gaussian_sigma
+from fedxab.privacy.accountants import make_accountant, noise_multiplier_for
+from fedxab.privacy.mechanisms import (
+    GaussianMechanism,
+    PrivacyEvent,
+    _analytic_delta,
+    clip_l2,
+    clip_l2_blocks,
+    gaussian_sigma,
+    poisson_subsample,
+)
 
 
 def test_classic_calibration_formula():
@@ -56,3 +66,51 @@ def test_release_adds_noise_of_the_stated_variance_and_returns_an_event():
     )
     again, _ = mech.release(values, np.random.default_rng(0))
     assert np.array_equal(noisy, again)
+
+
+# ------------------------------------------------------------ clipping, subsampling, calibration
+
+
+def test_clip_l2_bounds_the_norm_and_keeps_the_direction():
+    v = np.array([3.0, 4.0])
+    assert np.allclose(clip_l2(v, 1.0), [0.6, 0.8])
+    assert np.array_equal(clip_l2(v, 10.0), v)
+    with pytest.raises(ConfigError, match="privacy.clip_bound"):
+        clip_l2(v, 0.0)
+
+
+def test_clip_l2_blocks_bounds_each_block_by_s_over_sqrt_p():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=12) * 10
+    clipped = clip_l2_blocks(v, 2.0, 4)
+    norms = np.linalg.norm(clipped.reshape(4, 3), axis=1)
+    assert np.all(norms <= 2.0 / 2 + 1e-12) and np.allclose(norms, 1.0)
+    assert np.linalg.norm(clipped) <= 2.0 + 1e-12
+    small = np.full(12, 1e-3)
+    assert np.array_equal(clip_l2_blocks(small, 2.0, 4), small)
+    with pytest.raises(ConfigError, match="privacy.blocks.*equal parts"):
+        clip_l2_blocks(v, 2.0, 5)
+
+
+def test_poisson_subsample_has_rate_q_and_is_seeded():
+    # 100,000 Bernoulli(0.1) draws: count 10,000 with sd 94.9; tolerance 5 sd
+    chosen = poisson_subsample(100_000, 0.1, np.random.default_rng(3))
+    assert abs(chosen.size - 10_000) < 5 * 94.9
+    assert np.array_equal(chosen, poisson_subsample(100_000, 0.1, np.random.default_rng(3)))
+    assert np.array_equal(poisson_subsample(5, 1.0, np.random.default_rng(0)), np.arange(5))
+    for q in (0.0, 1.5, -0.1):
+        with pytest.raises(ConfigError, match="privacy.sampling_rate"):
+            poisson_subsample(10, q, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "moments"])
+def test_noise_multiplier_for_a_target_epsilon_is_the_smallest_that_fits(accountant):
+    z = noise_multiplier_for(2.0, 1e-5, 100, 0.05, accountant)
+    backend = make_accountant(accountant)
+
+    def spent(m):
+        return backend.epsilon([PrivacyEvent("gaussian", m, 0.05, 1.0, 100)], 1e-5)
+
+    assert spent(z) <= 2.0 < spent(z * (1 - 2e-4))
+    with pytest.raises(ConfigError, match="privacy.rounds"):
+        noise_multiplier_for(2.0, 1e-5, 0, 0.05)
