@@ -57,6 +57,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from fedxab.algorithms.registry import FEDERATED, is_federated, make_federation, make_optimizer
+from fedxab.broker.base import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
@@ -432,10 +433,6 @@ class AgentsConfig(Section):
             )
 
 
-KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig(Section):
     """``[broker]``: the transport. Deployment settings, not part of the experiment: results
@@ -465,17 +462,17 @@ class BrokerConfig(Section):
                 "broker.url",
                 f"must be memory://, inprocess:// or kafka://HOST:PORT, got {self.url!r}",
             )
-        if self.security_protocol not in KAFKA_SECURITY_PROTOCOLS:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(
                 "broker.security_protocol",
                 f"unknown value {self.security_protocol!r}; allowed: "
-                f"{', '.join(KAFKA_SECURITY_PROTOCOLS)}",
+                f"{', '.join(SECURITY_PROTOCOLS)}",
             )
         sasl = self.security_protocol.startswith("SASL")
-        if sasl and self.sasl_mechanism not in KAFKA_SASL_MECHANISMS:
+        if sasl and self.sasl_mechanism not in SASL_MECHANISMS:
             raise ConfigError(
                 "broker.sasl_mechanism",
-                f"{self.security_protocol} needs one of {', '.join(KAFKA_SASL_MECHANISMS)}, "
+                f"{self.security_protocol} needs one of {', '.join(SASL_MECHANISMS)}, "
                 f"got {self.sasl_mechanism!r}",
             )
         if not sasl and (self.sasl_mechanism or self.sasl_username):

@@ -214,6 +214,8 @@ class RegretSums:
         self.check(telemetry)
         self._seen.add(key)
         self._pending.append(telemetry)
+        stop = telemetry.start + telemetry.count
+        self.used[telemetry.client] = max(int(self.used[telemetry.client]), stop)
         return True
 
     def check(self, telemetry: Telemetry) -> None:
@@ -243,12 +245,11 @@ class RegretSums:
                 self.global_sum[t.start : stop] += t.global_terms
             if self.local_sum is not None:
                 self.local_sum[t.start : stop] += t.local_terms
-            self.used[t.client] = max(int(self.used[t.client]), stop)
             self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
         self._pending = []
 
     def complete(self) -> bool:
-        """Every client's telemetry covers its whole budget (after :meth:`flush`)."""
+        """Every client's telemetry covers its whole budget."""
         return bool(np.all(self.used == self.budget))
 
     def curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:

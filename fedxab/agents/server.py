@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedxab.agents.checkpoint import ClosedPhase, ServerCheckpoint
 from fedxab.agents.evaluation import RegretSums, Telemetry
 from fedxab.agents.federation import (
@@ -115,7 +117,6 @@ class ServerAgent:
         self.left: set[int] = set()
         self.last_seen: dict[int, float] = {}
         self.phases: list[PhaseCommunication] = []
-        self.covered = [0] * self.n_clients  # evaluations per client known from telemetry
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.phase = 0
         self.finished: Finished | None = None
@@ -203,11 +204,8 @@ class ServerAgent:
                 self._reject("invalid", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
-                if self.sums.add(telemetry):
-                    end = telemetry.start + telemetry.count
-                    self.covered[m] = max(self.covered[m], end)
-                    if telemetry.global_terms is not None:
-                        self.live_regret += float(telemetry.global_terms.sum())
+                if self.sums.add(telemetry) and telemetry.global_terms is not None:
+                    self.live_regret += float(telemetry.global_terms.sum())
             self._wakeup.set()
         self.counts[f"control_{env.kind}"] += 1
 
@@ -307,7 +305,7 @@ class ServerAgent:
         self.phases.append(counts)
         self._accepted = {}
         if self.progress is not None:
-            done = min(self.covered)
+            done = int(self.sums.used.min())
             self.progress(done, self.budget, self.live_regret / self.n_clients)
         return self.server.close_phase()
 
@@ -328,7 +326,7 @@ class ServerAgent:
         send their last telemetry when they see the final answer, so while some is missing the
         final answer is broadcast again every ``rebroadcast_s`` (one may have been lost)."""
         stop = time.monotonic() + self.settings.telemetry_timeout_s
-        while min(self.covered) < self.budget and time.monotonic() < stop:
+        while not self.sums.complete() and time.monotonic() < stop:
             self._wakeup.clear()
             wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
             try:
@@ -337,7 +335,7 @@ class ServerAgent:
                 if time.monotonic() < stop:
                     self.counts["broadcast_repeated"] += 1
                     await self._publish(self.finished)
-        missing = [m for m, c in enumerate(self.covered) if c < self.budget]
+        missing = np.flatnonzero(self.sums.used < self.budget).tolist()
         if missing:
             log.warning(
                 "run %s: telemetry incomplete for %d client(s) (first: %s); their regret is "

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from fedxab.errors import ConfigError
 
 __all__ = [
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
     "TOPIC_KINDS",
     "Broker",
     "Record",
@@ -40,6 +42,11 @@ __all__ = [
     "run_topics",
     "topic_name",
 ]
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Kafka security protocols fedxab passes to the client (config and KafkaBroker check both)."""
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""SASL mechanisms fedxab passes to the Kafka client."""
 
 TOPIC_KINDS = ("broadcast", "report", "control", "ledger")
 """broadcast: server -> clients; report: clients -> server (key = client id); control: join,

@@ -44,7 +44,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from fedxab.broker.base import Broker, Record, Subscription
+from fedxab.broker.base import SASL_MECHANISMS, SECURITY_PROTOCOLS, Broker, Record, Subscription
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 
 __all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options"]
@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SASL_KEYS = ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
 _SSL_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, *_SSL_KEYS)
