@@ -1,0 +1,319 @@
+"""Random Fourier features and the RFF weight posterior of FTS / DP-FTS-DE (Dai et al. 2021).
+
+The building blocks every FTS-family agent uses (spec-dpftsde §2):
+
+- :func:`se_kernel`, the squared-exponential kernel ``k(x,x') = σ0² exp(−‖x−x'‖²/(2l²))`` (§2.1);
+- :class:`RandomFeatures`, the feature map ``φ: X → ℝ^M`` with ``k(x,x') ≈ φ(x)ᵀφ(x')`` (§2.2). The
+  shared map is derived from ``(seed, role)`` by :meth:`RandomFeatures.from_seed`, so every agent
+  and the server rebuild exactly the same ``(s_j, b_j)`` without exchanging them;
+- :class:`WeightPosterior`, the Bayesian linear model in feature space: ``Σ_t = Φ_tᵀΦ_t + λI``,
+  ``ν_t = Σ_t⁻¹Φ_tᵀy_t`` and the sampler ``ω ~ N(ν_t, λΣ_t⁻¹)`` (paper eq. (2), spec §2.3) that
+  produces the vector an agent sends (Algo. 2 line 10);
+- :class:`FeatureFunction`, a function given by weights in feature space: ``φ(x)ᵀω`` (a sampled
+  function, or a server vector, which is a weighted combination ``Σ_n φ_n ω_n`` of agents' vectors,
+  §3.6), or the piecewise ``g(x) = φ(x)ᵀω^(i[x])`` of the federated branch (Algo. 2 line 8, §3.5).
+
+Nothing here draws from a hidden generator: :meth:`RandomFeatures.from_seed` derives its stream
+through :func:`fedxab.seeding.stream`, everything else takes a ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import qr, solve_triangular
+
+from fedxab.errors import ConfigError, InvalidRewardError
+from fedxab.seeding import stream
+from fedxab.validation import check_positive, check_positive_int
+
+DEFAULT_NOISE_VARIANCE = 1e-6
+"""Default λ: the practice value, the shared features' noise variance (spec §2.2, §9.2 [code])."""
+
+SHARED_ROLE = "rff"
+"""Stream role of the shared feature draw (the run seed and this role fix ``(s_j, b_j)``)."""
+
+
+def theory_regulariser(horizon: int) -> float:
+    """The regulariser of the analysis, ``λ = 1 + 2/T`` (spec §2.3, §5; the option of §9.2)."""
+    return 1.0 + 2.0 / check_positive_int("horizon", horizon)
+
+
+def as_points(X: np.ndarray, dim: int | None = None, field: str = "X") -> np.ndarray:
+    """``X`` as a finite float array of shape (n, ``dim``) (any D >= 1 when ``dim`` is None).
+
+    Raises ConfigError naming ``field`` otherwise.
+    """
+    arr = np.asarray(X, dtype=float)
+    if arr.ndim != 2 or arr.shape[1] < 1 or (dim is not None and arr.shape[1] != dim):
+        shape = f"(n, {'D' if dim is None else dim})"
+        raise ConfigError(field, f"must have shape {shape}, one point per row; got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ConfigError(field, "must contain finite numbers only (found NaN or inf)")
+    return arr
+
+
+def se_kernel(
+    X: np.ndarray, Y: np.ndarray, lengthscale: float, signal_variance: float = 1.0
+) -> np.ndarray:
+    """The SE Gram matrix ``[σ0² exp(−‖x−y‖²/(2l²))]`` between the rows of X and Y (spec §2.1)."""
+    sq = np.sum(X**2, axis=1)[:, None] + np.sum(Y**2, axis=1)[None, :] - 2.0 * X @ Y.T
+    return signal_variance * np.exp(-np.maximum(sq, 0.0) / (2.0 * lengthscale**2))
+
+
+@dataclass(frozen=True, eq=False)
+class RandomFeatures:
+    """The RFF map ``φ`` of the SE kernel (spec §2.2; Rahimi & Recht 2007, FTS).
+
+    ``spectral`` holds the frequencies ``s_j ~ N(0, l⁻²I_D)`` as rows (M, D), ``phase`` the offsets
+    ``b_j ~ U[0, 2π]`` (M,). Then ``φ(x) = sqrt(2σ0²/M)·[cos(s_jᵀx + b_j)]_j`` and
+    ``k(x,x') ≈ φ(x)ᵀφ(x')``. With ``normalize=True`` (the default, spec §2.2 [code]) each feature
+    vector is rescaled to norm ``sqrt(σ0²)``, so ``‖φ(x)‖² = σ0²`` exactly, as the proof's step
+    (20)(a) assumes; ``normalize=False`` gives the plain Rahimi–Recht map.
+    """
+
+    spectral: np.ndarray
+    phase: np.ndarray
+    signal_variance: float = 1.0
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        spectral = np.array(self.spectral, dtype=float)
+        phase = np.array(self.phase, dtype=float)
+        if spectral.ndim != 2 or spectral.shape[0] < 1 or spectral.shape[1] < 1:
+            raise ConfigError(
+                "spectral", f"must have shape (n_features, dim), got {spectral.shape}"
+            )
+        if phase.shape != (spectral.shape[0],):
+            raise ConfigError(
+                "phase",
+                f"must have shape ({spectral.shape[0]},) to match spectral, got {phase.shape}",
+            )
+        if not (np.all(np.isfinite(spectral)) and np.all(np.isfinite(phase))):
+            raise ConfigError("spectral", "frequencies and phases must be finite")
+        spectral.setflags(write=False)
+        phase.setflags(write=False)
+        object.__setattr__(self, "spectral", spectral)
+        object.__setattr__(self, "phase", phase)
+        object.__setattr__(
+            self, "signal_variance", check_positive("signal_variance", self.signal_variance)
+        )
+
+    @classmethod
+    def draw(
+        cls,
+        dim: int,
+        n_features: int,
+        lengthscale: float,
+        rng: np.random.Generator,
+        *,
+        signal_variance: float = 1.0,
+        normalize: bool = True,
+    ) -> RandomFeatures:
+        """Draw ``s_j ~ N(0, l⁻²I_D)`` then ``b_j ~ U[0, 2π]``, j = 1..M, from ``rng`` (§2.2)."""
+        dim = check_positive_int("dim", dim)
+        n_features = check_positive_int("n_features", n_features)
+        lengthscale = check_positive("lengthscale", lengthscale)
+        spectral = rng.standard_normal((n_features, dim)) / lengthscale
+        phase = rng.uniform(0.0, 2.0 * math.pi, n_features)
+        return cls(spectral, phase, signal_variance, normalize)
+
+    @classmethod
+    def from_seed(
+        cls,
+        dim: int,
+        n_features: int,
+        lengthscale: float,
+        seed: int,
+        *,
+        role: str = SHARED_ROLE,
+        signal_variance: float = 1.0,
+        normalize: bool = True,
+    ) -> RandomFeatures:
+        """The shared map of a run: :meth:`draw` from the stream ``(seed, role)`` (spec §2.2, §8).
+
+        Every party that calls this with the same arguments gets identical features, which the
+        server's coordinate-wise averaging of ω vectors requires. Spec values: M = 100, l = 0.01,
+        σ0² = 1 (real-world); M = 50, l = 0.03 (synthetic, §9.9).
+        """
+        return cls.draw(
+            dim,
+            n_features,
+            lengthscale,
+            stream(seed, role),
+            signal_variance=signal_variance,
+            normalize=normalize,
+        )
+
+    @property
+    def n_features(self) -> int:
+        """M, the number of features."""
+        return int(self.spectral.shape[0])
+
+    @property
+    def dim(self) -> int:
+        """D, the input dimension."""
+        return int(self.spectral.shape[1])
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        """``Φ``, the (n, M) matrix whose rows are ``φ(x)ᵀ`` for the rows x of X (n, D)."""
+        cos = np.cos(as_points(X, self.dim) @ self.spectral.T + self.phase)
+        if self.normalize:
+            norms = np.linalg.norm(cos, axis=1, keepdims=True)
+            return math.sqrt(self.signal_variance) * cos / norms
+        return math.sqrt(2.0 * self.signal_variance / self.n_features) * cos
+
+    def jacobian(self, x: np.ndarray) -> np.ndarray:
+        """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement (§3.9)."""
+        arg = self.spectral @ np.asarray(x, dtype=float) + self.phase
+        cos, sin = np.cos(arg), np.sin(arg)
+        d_cos = -sin[:, None] * self.spectral  # ∂cos(s_jᵀx + b_j)/∂x, (M, D)
+        if not self.normalize:
+            return math.sqrt(2.0 * self.signal_variance / self.n_features) * d_cos
+        norm = float(np.linalg.norm(cos))
+        # φ = σ0 u/‖u‖ with u = cos(·): ∂φ = σ0 (I/‖u‖ − u uᵀ/‖u‖³) ∂u
+        return math.sqrt(self.signal_variance) * (
+            d_cos / norm - np.outer(cos, cos @ d_cos) / norm**3
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class WeightPosterior:
+    """The posterior ``N(ν_t, λΣ_t⁻¹)`` of the RFF weight vector ω (paper eq. (2), spec §2.3).
+
+    ``factor`` is an upper-triangular R with ``RᵀR = Σ_t = Φ_tᵀΦ_t + λI`` (a Cholesky factor of
+    Σ_t), obtained from the QR decomposition of ``[Φ_t; sqrt(λ)I]`` so that ``Φ_tᵀΦ_t`` is never
+    formed: with λ = 1e-6 squaring Φ_t would square its condition number. Σ_t is positive
+    definite for every λ > 0, so the factorisation cannot fail and the release's fallback
+    (ω uniform on [−0.5, 0.5]^M on a linear-algebra error, §2.3 [code]) is not needed — this is
+    the spec's [proposal] of sampling through a Cholesky factor.
+    """
+
+    mean: np.ndarray
+    factor: np.ndarray
+    noise_variance: float
+
+    @classmethod
+    def fit(
+        cls, Phi: np.ndarray, y: np.ndarray, noise_variance: float = DEFAULT_NOISE_VARIANCE
+    ) -> WeightPosterior:
+        """The posterior from features ``Φ_t`` (t, M) and observations ``y_t`` (t,) (spec §2.3).
+
+        ``noise_variance`` is λ; the default is the practice value (§9.2), and
+        :func:`theory_regulariser` gives the analysis' ``1 + 2/T``. With no observations (t = 0)
+        this is the prior ``N(0, I)``.
+        """
+        lam = check_positive("noise_variance", noise_variance)
+        Phi = np.asarray(Phi, dtype=float)
+        if Phi.ndim != 2 or Phi.shape[1] < 1:
+            raise ConfigError("Phi", f"must have shape (t, n_features), got {Phi.shape}")
+        if not np.all(np.isfinite(Phi)):
+            raise ConfigError("Phi", "must contain finite numbers only (found NaN or inf)")
+        y = np.asarray(y, dtype=float)
+        if y.shape != (Phi.shape[0],):
+            raise ConfigError(
+                "y", f"must have shape ({Phi.shape[0]},), one value per row of Phi; got {y.shape}"
+            )
+        if not np.all(np.isfinite(y)):
+            bad = int(np.nonzero(~np.isfinite(y))[0][0])
+            raise InvalidRewardError(f"y[{bad}] = {y[bad]} is not finite; rewards must be finite")
+        m = Phi.shape[1]
+        stacked = np.vstack([Phi, math.sqrt(lam) * np.eye(m)])
+        q, r = qr(stacked, mode="economic")
+        mean = solve_triangular(r, q[: Phi.shape[0]].T @ y)  # ν_t = Σ_t⁻¹Φ_tᵀy_t
+        mean.setflags(write=False)
+        r.setflags(write=False)
+        return cls(mean, r, lam)
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """``λΣ_t⁻¹`` (M, M)."""
+        r_inv = solve_triangular(self.factor, np.eye(self.factor.shape[0]))
+        return self.noise_variance * (r_inv @ r_inv.T)
+
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> np.ndarray:
+        """ω ~ N(ν_t, λΣ_t⁻¹): one vector (M,), or ``size`` vectors (size, M).
+
+        ``ω = ν_t + sqrt(λ) R⁻¹z`` with z ~ N(0, I_M): its covariance is ``λ(RᵀR)⁻¹ = λΣ_t⁻¹``.
+        Draws exactly M standard normals per vector from ``rng``.
+        """
+        m = self.mean.shape[0]
+        z = rng.standard_normal(m if size is None else (check_positive_int("size", size), m))
+        noise = solve_triangular(self.factor, z.T).T
+        return self.mean + math.sqrt(self.noise_variance) * noise
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureFunction:
+    """A function given by weights in feature space, ``f(x) = φ(x)ᵀω`` (eq. (2)).
+
+    ``weights`` of shape (M,) is one vector: a sampled ω (Algo. 2 line 6 in the RFF practice,
+    §3.8) or a server vector. A weighted combination of vectors is again one vector,
+    ``Σ_n φ_n ω_n``, and by linearity its function is ``Σ_n φ_n φ(x)ᵀω_n`` (§3.6).
+
+    ``weights`` of shape (P, M) with ``region_of`` is the federated branch's piecewise function
+    ``g(x) = φ(x)ᵀω^(i[x])`` (Algo. 2 line 8, §3.5 step 3): ``region_of`` maps points (n, D) to
+    their sub-region indices i[x] in [0, P) (the sub-region layout of §3.2).
+    """
+
+    features: RandomFeatures
+    weights: np.ndarray
+    region_of: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        w = np.array(self.weights, dtype=float)
+        m = self.features.n_features
+        if w.ndim not in (1, 2) or w.shape[-1] != m:
+            raise ConfigError(
+                "weights", f"must have shape ({m},) or (P, {m}) for M = {m}; got {w.shape}"
+            )
+        if w.ndim == 2 and self.region_of is None:
+            raise ConfigError(
+                "region_of", "is required with one weight vector per sub-region (P, M)"
+            )
+        if w.ndim == 1 and self.region_of is not None:
+            raise ConfigError("region_of", "needs weights of shape (P, M), one row per sub-region")
+        if not np.all(np.isfinite(w)):
+            raise ConfigError("weights", "must contain finite numbers only (found NaN or inf)")
+        w.setflags(write=False)
+        object.__setattr__(self, "weights", w)
+
+    @property
+    def dim(self) -> int:
+        """D, the input dimension."""
+        return self.features.dim
+
+    def _rows(self, X: np.ndarray) -> np.ndarray:
+        """The weight vector that applies at each row of X: (M,) or (n, M)."""
+        if self.region_of is None:
+            return self.weights
+        regions = np.asarray(self.region_of(X))
+        n_regions = self.weights.shape[0]
+        if (
+            regions.shape != (X.shape[0],)
+            or not np.issubdtype(regions.dtype, np.integer)
+            or (regions.size and (regions.min() < 0 or regions.max() >= n_regions))
+        ):
+            raise ConfigError(
+                "region_of",
+                f"must map (n, D) points to n integer sub-region indices in [0, {n_regions})",
+            )
+        return self.weights[regions]
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        """``f`` at the rows of X (n, D), shape (n,)."""
+        X = as_points(X, self.dim)
+        Phi = self.features(X)
+        w = self._rows(X)
+        return Phi @ w if w.ndim == 1 else np.einsum("nm,nm->n", Phi, w)
+
+    def value_and_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """``f(x)`` and ``∇f(x)`` at one point x (D,); piecewise: the gradient of x's piece."""
+        point = as_points(np.reshape(x, (1, -1)), self.dim, "x")
+        w = self._rows(point)
+        w = w if w.ndim == 1 else w[0]
+        value = float(self.features(point)[0] @ w)
+        return value, self.features.jacobian(point[0]).T @ w
