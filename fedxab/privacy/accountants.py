@@ -55,7 +55,7 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.validation import check_choice, check_positive
 
-__all__ = ["ACCOUNTANTS", "Accountant", "make_accountant", "noise_multiplier_for"]
+__all__ = ["ACCOUNTANTS", "Accountant", "check_event", "make_accountant", "noise_multiplier_for"]
 
 ACCOUNTANTS = ("rdp", "moments", "opacus-rdp", "opacus-prv")
 OPACUS_INSTALL = "pip install torch==2.13.0 'fedxab[opacus]'"
@@ -74,7 +74,7 @@ class Accountant(Protocol):
     def delta(self, events: Iterable[PrivacyEvent], epsilon: float) -> float: ...
 
 
-def _check_event(event: PrivacyEvent) -> None:
+def check_event(event: PrivacyEvent) -> None:
     if event.mechanism != "gaussian":
         raise ConfigError(
             "event.mechanism", f"only Gaussian releases are accounted, got {event.mechanism!r}"
@@ -91,7 +91,7 @@ def _scopes(events: Iterable[PrivacyEvent]) -> list[tuple[PrivacyEvent, ...]]:
     """The events grouped by scope (each group composes; groups are disjoint)."""
     groups: dict[str, list[PrivacyEvent]] = defaultdict(list)
     for event in events:
-        _check_event(event)
+        check_event(event)
         groups[event.scope].append(event)
     return [tuple(group) for group in groups.values()]
 

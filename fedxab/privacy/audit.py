@@ -1,7 +1,9 @@
 """What ``fedxab audit`` reports: each client's releases, spent epsilon, budget and what remains.
 
 Epsilon is recomputed from the ledger's events by the chosen accountant (never read from a stored
-total), at the delta of the client's budget, or at ``delta`` for clients without one.
+epsilon), at ``delta`` if given, else at the delta of the client's budget (clients with neither
+get none). The summary accounts a whole run at once (:meth:`PrivacyLedger.epsilons`: one
+accountant call per distinct history, from the ledger's ``totals`` view of the events).
 """
 
 from __future__ import annotations
@@ -23,18 +25,20 @@ def client_summaries(
         raise ConfigError("--run", f"no run {run!r} in the ledger; runs: {ledger.runs()}")
     rows = []
     for r in runs:
+        budgets = ledger.budgets(r)
+        releases = ledger.releases_all(r)
+        deltas = ledger.deltas(r, delta)
+        epsilons = ledger.epsilons(r, deltas)
         for client in ledger.clients(r):
-            budget = ledger.budget(r, client)
-            at = delta if delta is not None else None if budget is None else budget.delta
-            events = ledger.events(r, client)
-            epsilon = None if at is None else ledger.accountant.epsilon(events, at)
+            budget = budgets.get(client)
+            epsilon = epsilons.get(client)
             remaining = None if budget is None or epsilon is None else budget.epsilon - epsilon
             rows.append(
                 {
                     "run": r,
                     "client": client,
-                    "releases": sum(e.count for e in events),
-                    "delta": at,
+                    "releases": releases.get(client, 0),
+                    "delta": deltas.get(client),
                     "epsilon": epsilon,
                     "budget_epsilon": None if budget is None else budget.epsilon,
                     "remaining": remaining,

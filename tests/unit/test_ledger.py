@@ -6,12 +6,19 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
 from fedxab.errors import ConfigError
 from fedxab.privacy.accountants import make_accountant
-from fedxab.privacy.ledger import Budget, LedgerError, PrivacyBudgetExceeded, PrivacyLedger
+from fedxab.privacy.ledger import (
+    Budget,
+    LedgerError,
+    PrivacyBudgetExceeded,
+    PrivacyLedger,
+    canonical,
+)
 from fedxab.privacy.mechanisms import PrivacyEvent
 
 EVENT = PrivacyEvent("gaussian", 1.2, 0.25, 1.0, 1)
@@ -117,3 +124,127 @@ def test_bad_budgets_and_accountants_are_clear_errors(tmp_path):
         with pytest.raises(ConfigError, match="no budget"):
             ledger.spent("r", 0)
         assert ledger.check_release("r", 0, EVENT) is None
+
+
+OTHER = PrivacyEvent("gaussian", 0.8, 0.1, 1.0, 1)
+PHASE2 = PrivacyEvent("gaussian", 2.0, 1.0, 1.0, 1, "phase-2")
+
+
+def _totals(path):
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT * FROM totals ORDER BY run, client, noise_multiplier").fetchall()
+
+
+@pytest.mark.parametrize("name", ["rdp", "moments"])
+def test_epsilon_depends_only_on_the_summed_counts_of_each_kind(name):
+    """What the totals view relies on: order does not matter, count n equals n events of count
+    1 (up to float rounding: n * rdp vs n additions of it)."""
+    accountant = make_accountant(name)
+    cheap = PrivacyEvent("gaussian", 1.0, 0.01)  # fast to account at dp-accounting's orders
+    events = [cheap, PHASE2, OTHER, cheap, OTHER, PHASE2, cheap]
+    assert canonical(events) == (
+        PrivacyEvent("gaussian", 0.8, 0.1, 1.0, 2),
+        PrivacyEvent("gaussian", 1.0, 0.01, 1.0, 3),
+        PrivacyEvent("gaussian", 2.0, 1.0, 1.0, 2, "phase-2"),
+    )
+    expected = accountant.epsilon(events, 1e-5)
+    for variant in (canonical(events), events[::-1], sorted(events, key=repr)):
+        assert accountant.epsilon(variant, 1e-5) == pytest.approx(expected, rel=1e-12)
+    for n in (2, 10):
+        assert accountant.epsilon([cheap] * n, 1e-5) == pytest.approx(
+            accountant.epsilon([PrivacyEvent("gaussian", 1.0, 0.01, 1.0, n)], 1e-5), rel=1e-12
+        )
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Clients with different histories, scopes and budgets, some identical, one budget-only."""
+    ledger = PrivacyLedger(tmp_path / "l.db")
+    histories = {
+        0: [EVENT] * 3,
+        1: [EVENT] * 3,
+        2: [EVENT, OTHER, EVENT],
+        3: [OTHER, EVENT, EVENT],  # the same multiset as client 2, in another order
+        4: [EVENT, PHASE2, PHASE2],
+        5: [PrivacyEvent("gaussian", 1.2, 0.25, 1.0, 3)],  # client 0's history in one event
+    }
+    for client, events in histories.items():
+        ledger.record_many("r", [(client, p, e) for p, e in enumerate(events, start=1)])
+        ledger.set_budget("r", client, Budget(5.0, 1e-5 if client % 2 else 1e-6))
+    ledger.set_budget("r", 9, Budget(1.0, 1e-5))  # no release yet
+    ledger.record("other-run", 0, 1, OTHER)
+    yield ledger
+    ledger.close()
+
+
+def test_spent_all_equals_spent_of_each_client(mixed):
+    clients = [0, 1, 2, 3, 4, 5, 9]
+    assert mixed.spent_all("r") == {c: mixed.spent("r", c) for c in clients}
+    assert mixed.spent_all("r", 1e-3) == {c: mixed.spent("r", c, 1e-3) for c in clients}
+    assert mixed.spent_all("r")[9] == 0.0
+    assert mixed.releases_all("r") == {0: 3, 1: 3, 2: 3, 3: 3, 4: 3, 5: 3}
+    rdp = make_accountant("rdp")
+    assert mixed.spent_all("r", 1e-3)[3] == pytest.approx(
+        rdp.epsilon([OTHER, EVENT, EVENT], 1e-3), rel=1e-12
+    )
+    mixed.record("r", 7, 1, EVENT)  # a client without a budget
+    with pytest.raises(ConfigError, match=r"privacy\.delta: client\(s\) 7 of run r have no budget"):
+        mixed.spent_all("r")
+
+
+def test_spent_all_calls_the_accountant_once_per_distinct_history(mixed):
+    mixed.accountant = mock.Mock(wraps=mixed.accountant)
+    mixed.spent_all("r", 1e-5)
+    # {0, 1, 5}, {2, 3}, {4} and the empty history of 9
+    assert mixed.accountant.epsilon.call_count == 4
+    mixed.accountant.epsilon.reset_mock()
+    mixed.spent_all("r")  # budget deltas split {0, 1, 5} into {1, 5} and {0}, {2, 3} too
+    assert mixed.accountant.epsilon.call_count == 6
+
+
+def test_record_many_writes_the_whole_batch_or_nothing(tmp_path):
+    path = tmp_path / "l.db"
+    with PrivacyLedger(path) as ledger:
+        ledger.record("r", 0, 1, EVENT)
+        batch = [(1, 1, EVENT), (1, 2, EVENT, 0), (0, 1, OTHER)]  # the last one conflicts
+        with pytest.raises(LedgerError, match="already recorded"):
+            ledger.record_many("r", batch)
+        with pytest.raises(ConfigError, match="event.count"):
+            ledger.record_many(
+                "r", [(1, 1, EVENT), (1, 2, PrivacyEvent("gaussian", 1.0, 1.0, 1.0, 0))]
+            )
+        assert ledger.clients("r") == [0] and ledger.events("r", 0) == [EVENT]
+        assert _totals(path) == [("r", 0, "gaussian", 1.2, 0.25, 1.0, "", 1)]
+        assert ledger.record_many("r", [(1, 1, EVENT), (0, 1, EVENT), (1, 1, EVENT, 0)]) == 1
+
+
+def test_totals_count_each_release_once_whatever_path_records_it(tmp_path):
+    path = tmp_path / "l.db"
+    with PrivacyLedger(path) as ledger:
+        for _ in range(2):  # the second pass only repeats recorded keys
+            ledger.record("r", 0, 1, EVENT)
+            ledger.record("r", 0, 2, PHASE2, release=3)
+            ledger.record_many("r", [(0, 2, EVENT), (0, 3, EVENT), (1, 1, OTHER)])
+        assert _totals(path) == [
+            ("r", 0, "gaussian", 1.2, 0.25, 1.0, "", 3),
+            ("r", 0, "gaussian", 2.0, 1.0, 1.0, "phase-2", 1),
+            ("r", 1, "gaussian", 0.8, 0.1, 1.0, "", 1),
+        ]
+        assert ledger.releases_all("r") == {0: 4, 1: 1}
+        for client in (0, 1):
+            stored = {
+                (e.noise_multiplier, e.scope): e.count
+                for e in canonical(ledger.events("r", client))
+            }
+            assert stored == {(t[3], t[6]): t[7] for t in _totals(path) if t[1] == client}
+
+
+def test_a_ledger_of_the_previous_schema_is_refused_untouched(tmp_path):
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('schema', 'fedxab.ledger/1')")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=r"unknown ledger schema 'fedxab.ledger/1'.*ledger/2"):
+        PrivacyLedger(path)
+    assert path.read_bytes() == before
