@@ -211,6 +211,29 @@ def _communication_table(results) -> Table | None:
     return table
 
 
+def _privacy_table(results) -> Table | None:
+    """Per private run: the largest client epsilon against the budget, and withdrawals."""
+    runs = [r for r in results.runs if r.privacy is not None]
+    if not runs:
+        return None
+    first = runs[0].privacy
+    title = f"privacy ({first['accountant']} accountant, delta {first['delta']:g})"
+    table = Table(title=title, title_justify="left")
+    for name in ("seed", "max epsilon", "budget epsilon", "releases (max)", "clients withdrawn"):
+        table.add_column(name, justify="right")
+    for r in runs:
+        p = r.privacy
+        budget = p["budget_epsilon"]
+        table.add_row(
+            str(r.seed),
+            _fmt(p["max_epsilon"]),
+            "-" if budget is None else _fmt(budget),
+            f"{max(p['releases'], default=0):,}",
+            f"{len(p['withdrawn']):,} of {len(p['epsilon']):,}",
+        )
+    return table
+
+
 @app.command()
 def run(
     config: Annotated[
@@ -295,9 +318,9 @@ def run(
         path = write_results(results, cfg.output_dir)
         if not quiet:
             console.print(_summary_table(results))
-            comm_table = _communication_table(results)
-            if comm_table is not None:
-                console.print(comm_table)
+            for table in (_communication_table(results), _privacy_table(results)):
+                if table is not None:
+                    console.print(table)
         console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
@@ -553,6 +576,31 @@ def _cell(column: str, value: object) -> str:
     return _fmt(value) if isinstance(value, float) else str(value)
 
 
+def _rebuild_ledger(path: Path, url: str, namespace: str, run_id: str):
+    """Record run ``run_id``'s ledger topic on ``url`` into the ledger file ``path``; what was
+    read (:class:`~fedxab.privacy.mirror.Rebuild`) and the run's clients in the ledger."""
+    import asyncio
+
+    from fedxab.broker.base import topic_name
+    from fedxab.broker.factory import make_broker
+    from fedxab.config import BrokerConfig
+    from fedxab.privacy.ledger import PrivacyLedger
+    from fedxab.privacy.mirror import rebuild_ledger
+
+    if not url.startswith("kafka://"):
+        raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
+    topic = topic_name(namespace, run_id, "ledger")
+    broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
+
+    async def main():
+        async with broker:
+            with PrivacyLedger(path) as book:
+                rebuilt = await rebuild_ledger(broker, topic, run_id, book)
+                return rebuilt, book.clients(run_id)
+
+    return asyncio.run(main())
+
+
 @app.command()
 def audit(
     ledger: Annotated[
@@ -575,6 +623,17 @@ def audit(
         typer.Option(help="Delta for clients without a budget (default: the budget's delta)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    rebuild_from: Annotated[
+        str | None,
+        typer.Option(
+            help="First rebuild LEDGER (created if missing) from the run's ledger topic on this "
+            "broker, kafka://HOST:PORT; needs --run.",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Topic namespace of the run (with --rebuild-from).")
+    ] = "fedxab",
 ) -> None:
     """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
     import json
@@ -584,6 +643,19 @@ def audit(
 
     console = _console()
     with _errors_as_exit_code():
+        if rebuild_from is not None:
+            if run_id is None:
+                raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
+            rebuilt, clients = _rebuild_ledger(ledger, rebuild_from, namespace, run_id)
+            notes = _console(stderr=True)  # stdout stays the table or the JSON
+            if rebuilt.skipped:
+                notes.print(f"[yellow]{rebuilt.skipped} invalid ledger record(s) skipped[/]")
+            open_mirrors = sorted(set(clients) - rebuilt.ended)
+            if open_mirrors:
+                notes.print(
+                    f"[yellow]no end marker yet from client(s) {open_mirrors[:10]}: the run is "
+                    "still going or they stopped early; what they published is counted[/]"
+                )
         if not ledger.is_file():
             raise FedxabError(f"{ledger}: no such ledger file")
         with PrivacyLedger(ledger, accountant=accountant) as book:

@@ -56,11 +56,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
-from fedxab.algorithms.registry import FEDERATED, is_federated, make_federation, make_optimizer
+from fedxab.algorithms.registry import (
+    FEDERATED,
+    PRIVATE,
+    is_federated,
+    make_federation,
+    make_optimizer,
+)
 from fedxab.broker.base import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
+from fedxab.validation import check_choice
 
 __all__ = [
     "AgentsConfig",
@@ -484,6 +491,56 @@ class BrokerConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class PrivacyConfig(Section):
+    """``[privacy]``: accounting and budgets of a private algorithm's releases (DESIGN.md,
+    Privacy). Present (defaults if not given) for algorithms that release privacy events.
+
+    Every release is recorded in the per-client ledger; each client's epsilon is recomputed from
+    its events by ``accountant`` at ``delta`` and reported in the results. With
+    ``budget_epsilon`` set, every client has the budget (budget_epsilon, delta): a release that
+    would exceed it is refused and the client drops out of the run.
+    """
+
+    SECTION: ClassVar[str] = "privacy"
+
+    accountant: str = "rdp"
+    """How spent epsilon is computed: rdp, moments, opacus-rdp or opacus-prv."""
+    delta: float | None = None
+    """The delta at which epsilon is accounted and budgets hold; default: the algorithm's
+    ``privacy_delta``."""
+    budget_epsilon: float | None = None
+    """Each client's epsilon budget; None: releases are recorded but never refused."""
+    ledger: str | None = None
+    """SQLite file of the ledger (created if missing); None: an in-memory ledger for this run."""
+
+    def _check(self) -> None:
+        from fedxab.privacy.accountants import ACCOUNTANTS
+
+        check_choice("privacy.accountant", self.accountant, ACCOUNTANTS)
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ConfigError("privacy.delta", f"must lie in (0, 1), got {self.delta}")
+        if self.budget_epsilon is not None and not (
+            math.isfinite(self.budget_epsilon) and self.budget_epsilon > 0
+        ):
+            raise ConfigError(
+                "privacy.budget_epsilon", f"must be a number > 0, got {self.budget_epsilon}"
+            )
+        if self.ledger is not None and not self.ledger.strip():
+            raise ConfigError("privacy.ledger", "must be a file path; leave it out for none")
+
+    def accounting_delta(self, algorithm_params: Mapping[str, Any]) -> float:
+        """``delta``, or the algorithm's ``privacy_delta`` when it is not set."""
+        if self.delta is not None:
+            return self.delta
+        value = algorithm_params.get("privacy_delta")
+        if value is None:
+            raise ConfigError(
+                "privacy.delta", "set [privacy] delta (or the algorithm's privacy_delta)"
+            )
+        return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A whole run configuration; one field per TOML section.
 
@@ -501,24 +558,29 @@ class Config:
     """Federated runs: agent behaviour on a broker (defaults if not given); None otherwise."""
     broker: BrokerConfig | None = None
     """Federated runs: the transport (defaults if not given); None otherwise."""
+    privacy: PrivacyConfig | None = None
+    """Private algorithms (e.g. dpfedpne): accounting and budgets; None otherwise."""
 
     def __post_init__(self) -> None:
-        federated_only = _OPTIONAL_SECTIONS
-        if is_federated(self.algorithm.name):
-            for name, cls in federated_only.items():
-                value = getattr(self, name)
+        name_ = self.algorithm.name
+        for name, cls in _OPTIONAL_SECTIONS.items():
+            value = getattr(self, name)
+            private = name == "privacy"
+            if name_ in PRIVATE if private else is_federated(name_):
                 if value is None:
                     object.__setattr__(self, name, cls())
                 elif not isinstance(value, cls):
                     raise ConfigError(name, f"expected a {cls.__name__}, got {value!r}")
-            return
-        for name in federated_only:
-            if getattr(self, name) is not None:
+            elif value is not None:
+                kind, which = (
+                    ("releases nothing private", PRIVATE)
+                    if private
+                    else ("runs a single agent", FEDERATED)
+                )
                 raise ConfigError(
                     name,
-                    f"algorithm {self.algorithm.name!r} runs a single agent and takes no "
-                    f"[{name}] section; remove it, or choose a federated algorithm "
-                    f"({', '.join(sorted(FEDERATED))})",
+                    f"algorithm {name_!r} {kind} and takes no [{name}] section; remove it, "
+                    f"or choose one of {', '.join(sorted(which))}",
                 )
 
     @property
@@ -569,8 +631,10 @@ _OPTIONAL_SECTIONS: dict[str, Any] = {
     "federation": FederationConfig,
     "agents": AgentsConfig,
     "broker": BrokerConfig,
+    "privacy": PrivacyConfig,
 }
-"""Sections of federated runs only, None (absent) otherwise: name -> section class."""
+"""Sections of federated runs only (``privacy``: of private algorithms only), None (absent)
+otherwise: name -> section class."""
 
 
 def _sections() -> dict[str, Any]:

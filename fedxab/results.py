@@ -17,14 +17,18 @@ Layout (schema ``fedxab.results/1``)::
          # federated runs only:
          "local_cumulative_regret": [...],             # on the same rounds ([PF] local regret)
          "communication": {"clients", "rounds", "messages_up", "messages_down",
-                           "bytes_up", "bytes_down", "per_phase": [{...}, ...]}}
+                           "bytes_up", "bytes_down", "per_phase": [{...}, ...]},
+         # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
+         "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
+                     "epsilon": [per client], "releases": [per client],
+                     "withdrawn": {"client id": phase it refused}}}
       ],
       "summary": {"runs": n, "cumulative_regret": {"mean", "std"},
                   "average_regret": {"mean", "std"}, "simple_regret": {"mean", "std"},
                   "local_cumulative_regret": {"mean", "std"}},   # federated runs only
       "communication": null,                           # federated: mean over runs (below)
-      "privacy": null                                  # filled by the privacy issue
-    }
+      "privacy": null     # private: {"runs", "accountant", "delta", "budget_epsilon",
+    }                     #           "max_epsilon": {"mean", "std"}, "withdrawn": mean count}
 
 Regret values are ``null`` when the objective's optimum is unknown. Summary statistics are over
 runs, at the final round; ``std`` is the population standard deviation (``ddof = 0``), so a
@@ -69,6 +73,7 @@ __all__ = [
     "load_results",
     "summarize",
     "summarize_communication",
+    "summarize_privacy",
     "write_results",
 ]
 
@@ -120,6 +125,7 @@ class RunRecord:
     wall_time_s: float
     local_cumulative_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
     communication: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    privacy: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -161,6 +167,8 @@ class RunRecord:
             d["local_cumulative_regret"] = _list_or_none(self.local_cumulative_regret)
         if self.communication is not None:
             d["communication"] = _plain_json(self.communication)
+        if self.privacy is not None:
+            d["privacy"] = _plain_json(self.privacy)
         return d
 
     @classmethod
@@ -188,6 +196,7 @@ class RunRecord:
                 wall_time_s=float(need("wall_time_s")),
                 local_cumulative_regret=local,
                 communication=_check_communication(d.get("communication"), where),
+                privacy=_check_privacy(d.get("privacy"), where),
             )
         except ResultsError:
             raise
@@ -240,6 +249,20 @@ def _check_communication(value: Any, where: str) -> Mapping[str, Any] | None:
     return value
 
 
+def _check_privacy(value: Any, where: str) -> Mapping[str, Any] | None:
+    """A run's ``privacy`` block, checked: None, or an accountant and one epsilon per client."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("accountant"), str):
+        raise ResultsError(f"{where}: 'privacy' must be an object naming its accountant")
+    epsilon = value.get("epsilon")
+    if not isinstance(epsilon, list) or not all(
+        isinstance(e, int | float) and e >= 0 for e in epsilon
+    ):
+        raise ResultsError(f"{where}: privacy.epsilon must be a list of numbers >= 0")
+    return value
+
+
 def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
     if not values or any(v is None for v in values):
         return {"mean": None, "std": None}
@@ -273,6 +296,24 @@ def summarize_communication(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
     for key in COMMUNICATION_COUNTERS:
         out[key] = float(np.mean([float(b[key]) for b in blocks]))
     return out
+
+
+def summarize_privacy(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
+    """The top-level ``privacy`` block: the accounting settings and, over runs, the largest
+    client epsilon (mean, std) and the mean number of clients that withdrew; ``None`` if no run
+    was private."""
+    blocks = [r.privacy for r in runs if r.privacy is not None]
+    if not blocks:
+        return None
+    first = blocks[0]
+    return {
+        "runs": len(blocks),
+        "accountant": first["accountant"],
+        "delta": first["delta"],
+        "budget_epsilon": first["budget_epsilon"],
+        "max_epsilon": _stats([float(b["max_epsilon"]) for b in blocks]),
+        "withdrawn": float(np.mean([len(b["withdrawn"]) for b in blocks])),
+    }
 
 
 def _utc_now() -> str:

@@ -14,6 +14,11 @@ publish nothing for broadcasts that were already superseded when the agent start
 lie before the last one); from the latest broadcast on it answers as usual. A redelivered
 broadcast is answered from the client's reply cache, with the same report and telemetry.
 
+Private algorithms (``[privacy]``): the agent opens the configured ledger, sets each hosted
+client's budget and gives each client its gate (:mod:`fedxab.privacy.gate`). Every release a
+client records is published to the run's ``ledger`` topic (:mod:`fedxab.privacy.mirror`) before
+the report that carries it; a client that refuses a release withdraws and answers nothing more.
+
 Messages that are not a valid broadcast of this run from the server are counted in
 :attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent.
 """
@@ -37,6 +42,9 @@ from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
+from fedxab.privacy.gate import LedgerGate
+from fedxab.privacy.mirror import budget_record, end_record, release_record
+from fedxab.privacy.run_ledger import RunLedger
 
 __all__ = ["ClientAgent"]
 
@@ -81,6 +89,14 @@ class ClientAgent:
             client_ids=client_ids,
         )
         self.clients = dict(zip(client_ids, clients, strict=True))
+        self.run_ledger: RunLedger | None = None
+        self.gates: dict[int, LedgerGate] = {}
+        if config.privacy is not None:
+            self.run_ledger = RunLedger.from_config(
+                config.privacy, config.algorithm_params(), run_id
+            )
+            for m, client in self.clients.items():
+                client.gate = self.gates[m] = self.run_ledger.gate(m)
         shared = GlobalValues(family.global_objective)
         self.evaluators = {
             m: ClientEvaluator(
@@ -141,6 +157,8 @@ class ClientAgent:
                 self.counts["broadcast_rejected"] += 1
                 log.warning("run %s: client %d rejects phase %d: %s", self.run_id, m, phase, exc)
                 continue
+            if report is None:  # the client withdrew earlier: nothing to send
+                continue
             telemetry = self.evaluators[m].take(phase)
             last = self._last_telemetry.get(m)
             if telemetry.count == 0 and last is not None and last.phase == phase:
@@ -149,6 +167,20 @@ class ClientAgent:
             self._unsent.setdefault(m, []).append(telemetry)
             out.append((m, report))
         return out
+
+    async def _mirror_ledger(self) -> None:
+        """Publish the releases the clients recorded since the last call (ledger topic)."""
+        for m, gate in self.gates.items():
+            for phase, event in gate.drain():
+                record = release_record(self.run_id, m, phase, event)
+                await self.broker.publish(self.topics["ledger"], str(m), record)
+
+    async def _close_ledger_mirror(self) -> None:
+        """Each client's end marker on the ledger topic: its mirror is complete."""
+        for m, gate in self.gates.items():
+            releases = len(gate.ledger.history(self.run_id, m))
+            record = end_record(self.run_id, m, releases)
+            await self.broker.publish(self.topics["ledger"], str(m), record)
 
     async def _send(self, answers: list[tuple[int, Any]], phase: int) -> None:
         for m, report in answers:
@@ -197,6 +229,10 @@ class ClientAgent:
             await self.broker.publish(
                 self.topics["control"], str(m), self._envelope("join", m, 0, "join", packb(None))
             )
+            budget = None if self.run_ledger is None else self.run_ledger.budget
+            if budget is not None:
+                record = budget_record(self.run_id, m, budget)
+                await self.broker.publish(self.topics["ledger"], str(m), record)
         loop = asyncio.get_running_loop()
         heartbeats = asyncio.create_task(self._heartbeats())
         sub = self.broker.subscribe(self.topics["broadcast"], None)
@@ -209,8 +245,10 @@ class ClientAgent:
                 if isinstance(msg, Finished):
                     self.finished = msg
                     await self._flush_telemetry()
+                    await self._close_ledger_mirror()
                     break
                 answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
+                await self._mirror_ledger()
                 if record.offset >= replay_until:
                     await self._send(answers, int(msg.phase))
                 else:
@@ -219,6 +257,8 @@ class ClientAgent:
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)
             await sub.close()
+            if self.run_ledger is not None:
+                self.run_ledger.close()
         if self.finished is None:
             raise FedxabError(
                 f"run {self.run_id}: the broadcast subscription ended before the server's final "

@@ -19,13 +19,11 @@ config file agree on it without talking.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
+from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results, run_id_for
 from fedxab.agents.server import ProgressCallback, ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
@@ -40,12 +38,6 @@ __all__ = [
     "serve",
 ]
 
-
-def run_id_for(config: Config, seed: int) -> str:
-    """``{algorithm}-{hash of the experiment}-s{seed}``: the same for every party of a run."""
-    canonical = json.dumps(config.experiment_dict(), sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-    return f"{config.algorithm.name}-{digest}-s{seed}"
 
 
 def client_slices(n_clients: int, hosts: int) -> list[list[int]]:

@@ -248,9 +248,10 @@ class RegretSums:
             self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
         self._pending = []
 
-    def complete(self) -> bool:
-        """Every client's telemetry covers its whole budget."""
-        return bool(np.all(self.used == self.budget))
+    def complete(self, expected: np.ndarray) -> bool:
+        """Every client's telemetry covers the evaluations it made (``expected[m]``: its budget
+        T, or fewer for a client that withdrew)."""
+        return bool(np.all(self.used >= expected))
 
     def curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Global and local cumulative regret averaged over clients, at ``rounds``."""

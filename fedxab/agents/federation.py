@@ -57,6 +57,7 @@ from fedxab.agents.local import (
     RunStartCallback,
     announce_seeds,
     collect_results,
+    run_id_for,
 )
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import make_federation
@@ -71,6 +72,7 @@ from fedxab.objectives.families import (
 )
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
+from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord, RunResults
 
 __all__ = [
@@ -150,14 +152,30 @@ def communication_block(n_clients: int, phases: list[PhaseCommunication]) -> dic
     }
 
 
-def check_budgets_used(used: np.ndarray, budget: int) -> None:
-    """Raise :class:`FederationError` unless every client used exactly its budget ``budget``."""
-    short = np.nonzero(used != budget)[0]
+def withdrawn_clients(server: Any) -> dict[int, Any]:
+    """The clients that withdrew from the run (client -> its Withdrawal), as the server state
+    machine records them; empty for algorithms whose clients never withdraw."""
+    return getattr(server, "withdrawn", {})
+
+
+def expected_use(n_clients: int, budget: int, withdrawn: dict[int, Any]) -> np.ndarray:
+    """Evaluations each client must have made at the end: its budget T, or for a client that
+    withdrew the ``used`` count its withdrawal declared."""
+    expected = np.full(n_clients, budget, dtype=np.int64)
+    for m, withdrawal in withdrawn.items():
+        expected[m] = withdrawal.used
+    return expected
+
+
+def check_budgets_used(used: np.ndarray, expected: np.ndarray) -> None:
+    """Raise :class:`FederationError` unless every client made exactly ``expected`` evaluations
+    (its budget T, see :func:`expected_use`)."""
+    short = np.nonzero(used != expected)[0]
     if short.size:
-        detail = ", ".join(f"client {m}: {int(used[m])}" for m in short[:5])
+        detail = ", ".join(f"client {m}: {int(used[m])} of {int(expected[m])}" for m in short[:5])
         raise FederationError(
-            f"{short.size} client(s) did not use exactly their budget T = {budget} "
-            f"evaluations ({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
+            f"{short.size} client(s) did not use exactly their budget of evaluations "
+            f"({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
         )
 
 
@@ -168,6 +186,7 @@ def federated_record(
     recommendation: np.ndarray,
     wall: float,
     communication: dict[str, Any],
+    privacy: dict[str, Any] | None = None,
 ) -> RunRecord:
     """The :class:`RunRecord` of a federated run from its flushed regret sums."""
     rounds = _regret.round_grid(sums.budget)
@@ -195,6 +214,7 @@ def federated_record(
         wall_time_s=wall,
         local_cumulative_regret=local,
         communication=communication,
+        privacy=privacy,
     )
 
 
@@ -256,6 +276,12 @@ class Federation:
             seed=seed,
             params=config.algorithm_params(),
         )
+        self.run_ledger: RunLedger | None = None
+        if config.privacy is not None:
+            run = run_id_for(config, seed)
+            self.run_ledger = RunLedger.from_config(config.privacy, config.algorithm_params(), run)
+            for m, client in enumerate(self.clients):
+                client.gate = self.run_ledger.gate(m)
         self.phases: list[PhaseCommunication] = []
         glob = self.family.global_objective
         self.f_star = glob.optimum_value
@@ -303,34 +329,37 @@ class Federation:
         running, counted = 0.0, 0
         idle = 0
 
+        withdrawn = self.withdrawn
         t0 = time.perf_counter()
         msg = server.start()
         while not isinstance(msg, Finished):
             wire = packb(msg.to_wire())
             broadcast_cls = type(msg)
             phase = int(msg.phase)
-            bytes_up = accepted = 0
-            for m, client in enumerate(clients):
+            bytes_up = accepted = sent = 0
+            active = [m for m in range(n_clients) if m not in withdrawn]
+            for m in active:
                 broadcast = broadcast_cls.from_wire(unpackb(wire))
                 try:
-                    report = client.answer(broadcast, evaluators[m])
+                    report = clients[m].answer(broadcast, evaluators[m])
                 except BudgetExceededError as exc:
                     raise FederationError(str(exc)) from exc
                 sums.add(evaluators[m].take(phase))
                 data = packb(report.to_wire())
                 bytes_up += len(data)
+                sent += 1
                 if server.receive(m, type(report).from_wire(unpackb(data))):
                     accepted += 1
             sums.flush()
             if not server.ready():
                 raise FederationError(
-                    f"phase {phase}: the server's barrier is not met after all {n_clients} "
+                    f"phase {phase}: the server's barrier is not met after all {len(active)} "
                     f"clients reported ({accepted} reports accepted)"
                 )
             evaluations = sums.evaluations_by_phase.get(phase, 0)
             self.phases.append(
                 phase_communication(
-                    msg, len(wire), n_clients, n_clients, bytes_up, accepted, evaluations
+                    msg, len(wire), len(active), sent, bytes_up, accepted, evaluations
                 )
             )
             idle = idle + 1 if evaluations == 0 else 0
@@ -340,7 +369,7 @@ class Federation:
                     "the algorithm does not terminate"
                 )
             if progress is not None:
-                done = int(sums.used.min())
+                done = int(sums.used.min(initial=budget, where=self._active_mask()))
                 if done >= next_report or done == budget:
                     if sums.global_sum is not None:
                         running += float(sums.global_sum[counted:done].sum())
@@ -351,7 +380,7 @@ class Federation:
             msg = server.close_phase()
         wall = time.perf_counter() - t0
 
-        check_budgets_used(sums.used, budget)
+        check_budgets_used(sums.used, expected_use(n_clients, budget, withdrawn))
         recommendation = np.asarray(msg.recommendation, dtype=np.float64).reshape(-1).copy()
         self.recommendation = recommendation
         return federated_record(
@@ -361,7 +390,25 @@ class Federation:
             recommendation,
             wall,
             self.communication(),
+            self.privacy_block(),
         )
+
+    @property
+    def withdrawn(self) -> dict[int, Any]:
+        """The clients that withdrew from the run (client -> its Withdrawal)."""
+        return withdrawn_clients(self.server)
+
+    def _active_mask(self) -> np.ndarray:
+        mask = np.ones(self.n_clients, dtype=bool)
+        mask[list(self.withdrawn)] = False
+        return mask
+
+    def privacy_block(self) -> dict[str, Any] | None:
+        """The run's ``privacy`` block (private algorithms), from the ledger."""
+        if self.run_ledger is None:
+            return None
+        phases = {m: w.phase for m, w in self.withdrawn.items()}
+        return self.run_ledger.block(range(self.n_clients), phases)
 
     def communication(self) -> dict[str, Any]:
         """The run's ``communication`` block: totals and the per-phase list."""

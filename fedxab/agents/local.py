@@ -16,6 +16,8 @@ noise as this runner for the same seed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -29,10 +31,17 @@ from fedxab.config import Config
 from fedxab.objectives.base import Objective
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
-from fedxab.results import RunRecord, RunResults, summarize_communication
+from fedxab.results import RunRecord, RunResults, summarize_communication, summarize_privacy
 from fedxab.seeding import stream
 
-__all__ = ["ProgressCallback", "RunStartCallback", "objective_info", "run_config", "run_single"]
+__all__ = [
+    "ProgressCallback",
+    "RunStartCallback",
+    "objective_info",
+    "run_config",
+    "run_id_for",
+    "run_single",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,13 @@ RunStartCallback = Callable[[int, int, int], None]
 """``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
 
 _PROGRESS_UPDATES = 200
+
+
+def run_id_for(config: Config, seed: int) -> str:
+    """``{algorithm}-{hash of the experiment}-s{seed}``: the same for every party of a run."""
+    canonical = json.dumps(config.experiment_dict(), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+    return f"{config.algorithm.name}-{digest}-s{seed}"
 
 
 def objective_info(objective: Objective) -> dict[str, Any]:
@@ -146,4 +162,5 @@ def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
         objective=objective_info(objective),
         runs=tuple(runs),
         communication=summarize_communication(runs),
+        privacy=summarize_privacy(runs),
     )

@@ -39,9 +39,11 @@ from fedxab.agents.evaluation import RegretSums, Telemetry
 from fedxab.agents.federation import (
     PhaseCommunication,
     communication_block,
+    expected_use,
     federated_record,
     make_family,
     phase_communication,
+    withdrawn_clients,
 )
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_report, make_federation
@@ -50,6 +52,8 @@ from fedxab.broker.codec import SERVER, Envelope, packb, unpackb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.objectives.registry import make_objective
+from fedxab.privacy.mirror import rebuild_ledger
+from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 
 __all__ = ["RunConflictError", "ServerAgent"]
@@ -226,13 +230,18 @@ class ServerAgent:
         return entries
 
     # --------------------------------------------------------------------------- the phases
+    @property
+    def active(self) -> int:
+        """Clients still in the run (those that have not withdrawn)."""
+        return self.n_clients - len(withdrawn_clients(self.server))
+
     def _barrier_met(self, opened: float) -> bool:
         if self.server.ready():
             return True
         deadline = self.settings.phase_deadline_s
         if deadline is None or time.monotonic() - opened < deadline:
             return False
-        quorum = max(1, math.ceil(self.settings.quorum * self.n_clients - 1e-9))
+        quorum = max(1, math.ceil(self.settings.quorum * self.active - 1e-9))
         return len(self._accepted) >= quorum
 
     async def _publish(self, msg: Any) -> int:
@@ -288,12 +297,14 @@ class ServerAgent:
                 await self._publish(msg)
                 last_progress = now
 
-    async def _close_phase(self, msg: Any, broadcast_bytes: int, commit: Any) -> Any:
+    async def _close_phase(
+        self, msg: Any, broadcast_bytes: int, active: int, commit: Any
+    ) -> Any:
         accepted = dict(self._accepted)
         counts = phase_communication(
             msg,
             broadcast_bytes,
-            messages_down=self.n_clients,
+            messages_down=active,
             messages_up=len(accepted),
             bytes_up=sum(len(p) for p in accepted.values()),
             accepted=len(accepted),
@@ -314,9 +325,10 @@ class ServerAgent:
         while not isinstance(msg, Finished):
             self.phase = int(msg.phase)
             self._accepted = {}
+            active = self.active  # the clients the broadcast is for
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
-            msg = await self._close_phase(msg, broadcast_bytes, reports.commit)
+            msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit)
         self.finished = msg
         self.phase = int(msg.phase)
         await self._publish(msg)
@@ -326,7 +338,8 @@ class ServerAgent:
         send their last telemetry when they see the final answer, so while some is missing the
         final answer is broadcast again every ``rebroadcast_s`` (one may have been lost)."""
         stop = time.monotonic() + self.settings.telemetry_timeout_s
-        while not self.sums.complete() and time.monotonic() < stop:
+        expected = expected_use(self.n_clients, self.budget, withdrawn_clients(self.server))
+        while not self.sums.complete(expected) and time.monotonic() < stop:
             self._wakeup.clear()
             wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
             try:
@@ -335,7 +348,7 @@ class ServerAgent:
                 if time.monotonic() < stop:
                     self.counts["broadcast_repeated"] += 1
                     await self._publish(self.finished)
-        missing = np.flatnonzero(self.sums.used < self.budget).tolist()
+        missing = np.flatnonzero(self.sums.used < expected).tolist()
         if missing:
             log.warning(
                 "run %s: telemetry incomplete for %d client(s) (first: %s); their regret is "
@@ -383,6 +396,7 @@ class ServerAgent:
             try:
                 await self._drive(reports)
                 await self._wait_for_telemetry()
+                privacy = await self._privacy_block()
             finally:
                 for task in consumers:
                     task.cancel()
@@ -391,9 +405,34 @@ class ServerAgent:
             await reports.close()
             await control.close()
         wall = time.perf_counter() - t0
-        return self._record(wall)
+        return self._record(wall, privacy)
 
-    def _record(self, wall: float) -> RunRecord:
+    async def _privacy_block(self) -> dict[str, Any] | None:
+        """A private run's ``privacy`` block, from the ledger rebuilt from the ledger topic:
+        read until every client's end marker (published once it saw the final answer), or
+        ``telemetry_timeout_s``; a client whose marker never came is counted up to what it
+        published."""
+        settings = self.config.privacy
+        if settings is None:
+            return None
+        params = self.config.algorithm_params()
+        run_ledger = RunLedger.from_config(settings, params, self.run_id, path=":memory:")
+        try:
+            rebuilt = await rebuild_ledger(
+                self.broker,
+                self.topics["ledger"],
+                self.run_id,
+                run_ledger.ledger,
+                expect=set(range(self.n_clients)),
+                timeout_s=self.settings.telemetry_timeout_s,
+            )
+            self.counts["ledger_invalid"] += rebuilt.skipped
+            phases = {m: w.phase for m, w in withdrawn_clients(self.server).items()}
+            return run_ledger.block(range(self.n_clients), phases)
+        finally:
+            run_ledger.close()
+
+    def _record(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
         self.sums.flush()
         phases = [
             dataclasses.replace(p, evaluations=self.sums.evaluations_by_phase.get(p.phase, 0))
@@ -408,4 +447,5 @@ class ServerAgent:
             recommendation,
             wall,
             communication_block(self.n_clients, phases),
+            privacy,
         )

@@ -8,8 +8,20 @@ confidence constant enlarged for the extra variance (spec §5.1 [PROPOSED], the 
 
 Each reward belongs to exactly one released scalar (a node is estimated in one phase only), so the
 whole transcript is (epsilon, delta_priv)-DP without composition over phases (Theorem D.1). Each
-client records one :class:`~fedxab.privacy.mechanisms.PrivacyEvent` per completed phase with scope
-``phase-<p>`` (disjoint data: parallel composition) for the privacy ledger.
+client records one :class:`~fedxab.privacy.mechanisms.PrivacyEvent` per completed phase for the
+privacy ledger; ``composition`` says how the ledger combines them:
+
+- ``"parallel"`` (default, the paper's Theorem D.1): scope ``phase-<p>``, disjoint data, so the
+  client's epsilon stays that of one release however many phases it completes;
+- ``"sequential"``: one scope for the whole run, so every phase's release composes. This is the
+  reading to choose when what is protected is not the reward stream but data every evaluation
+  reads again (e.g. a client's landmine field behind each validation AUC): then the phases do
+  not touch disjoint data.
+
+With a :class:`~fedxab.privacy.gate.ReleaseGate` (``client.gate``), the client asks the ledger
+before pulling for a phase it would release and records the release before it is sent; a refused
+release (over budget) makes it withdraw from the run
+(:class:`~fedxab.algorithms.protocol.Withdrawal`).
 
 The confidence level ``delta`` (in L, tau_h, b) and the privacy ``privacy_delta`` are separate
 parameters (spec F20).
@@ -32,8 +44,13 @@ from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants
 from fedxab.errors import ConfigError
+from fedxab.privacy.gate import ReleaseGate
+from fedxab.privacy.ledger import PrivacyBudgetExceeded
 from fedxab.privacy.mechanisms import GaussianMechanism, PrivacyEvent
 from fedxab.seeding import stream
+from fedxab.validation import check_choice
+
+COMPOSITIONS = ("parallel", "sequential")
 
 
 class DPFedPNEServer(FedPNEServer):
@@ -91,6 +108,7 @@ class DPFedPNEClient(FedPNEClient):
         privacy_delta: float,
         calibration: str = "classic",
         reward_range: Sequence[float] = (0.0, 1.0),
+        composition: str = "parallel",
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -102,13 +120,29 @@ class DPFedPNEClient(FedPNEClient):
         self.reward_range = _check_range(reward_range)
         width = self.reward_range[1] - self.reward_range[0]
         self.mechanism = GaussianMechanism.calibrated(epsilon, privacy_delta, width, calibration)
+        self.composition = check_choice("algorithm.composition", composition, COMPOSITIONS)
         self.seed = seed
-        self.events: list[tuple[int, PrivacyEvent]] = []  # (phase, event), for the ledger
+        self.events: list[tuple[int, PrivacyEvent]] = []  # (phase, event) released
+        self.gate: ReleaseGate | None = None
+
+    def _scope(self, phase: int) -> str:
+        return f"phase-{phase}" if self.composition == "parallel" else "run"
+
+    def _refusal(self, phase: int) -> str | None:
+        if self.gate is None:
+            return None
+        try:
+            self.gate.admit(phase, self.mechanism.event(self._scope(phase)))
+        except PrivacyBudgetExceeded as exc:
+            return str(exc)
+        return None
 
     def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
         rng = stream(self.seed, "dp-noise", self.client_id, phase)
         clipped = np.clip(rewards, *self.reward_range)
-        noisy, event = self.mechanism.release(clipped, rng, scope=f"phase-{phase}")
+        noisy, event = self.mechanism.release(clipped, rng, scope=self._scope(phase))
+        if self.gate is not None:
+            self.gate.record(phase, event)
         self.events.append((phase, event))
         return noisy.mean(axis=1)
 

@@ -12,6 +12,10 @@ Server = [FX] Algorithm 2, client = [FX] Algorithm 1, as cleaned in spec-fedpne-
 If the next phase does not fit in the remaining budget, clients pull in the prescribed order until
 their budget ``T`` is used and the truncated phase is not aggregated (spec §4.5, F8).
 
+A client may withdraw (:class:`~fedxab.algorithms.protocol.Withdrawal`, e.g. DP-Fed-PNE's client
+out of privacy budget): the barrier then waits for the others, (C) averages the reports received
+and (D)'s width counts the pulls behind them; once every client has withdrawn the run finishes.
+
 ``depth_counting`` (spec F2): ``"true"`` (default) uses the true depth of the active nodes in every
 formula; ``"literal"`` reproduces the paper's counter, one larger than the true depth.
 The recommendation is the centre of the best node of the last completed phase.
@@ -31,6 +35,7 @@ from fedxab.algorithms.protocol import (
     MeansReport,
     NodesBroadcast,
     ReportInbox,
+    Withdrawal,
     check_means_report,
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
@@ -68,6 +73,8 @@ class PhaseRecord:
 
 class FedPNEServer:
     """The Fed-PNE server state machine ([FX] Algorithm 2)."""
+
+    accepts_withdrawals = True
 
     def __init__(
         self,
@@ -146,8 +153,10 @@ class FedPNEServer:
         """Whether the current phase ends the horizon before it completes."""
         return self.used + self.phase_length > self.budget
 
-    def receive(self, client: int, report: FedPNEReport) -> bool:
+    def receive(self, client: int, report: FedPNEReport | Withdrawal) -> bool:
         """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
+        if isinstance(report, Withdrawal):
+            return self._inbox.withdraw(client, report)
         if not self._inbox.admit(client, report):
             return False
         check_means_report(report, self.truncated, len(self.active))
@@ -162,10 +171,17 @@ class FedPNEServer:
     def reported(self) -> int:
         return len(self._inbox)
 
+    @property
+    def withdrawn(self) -> dict[int, Withdrawal]:
+        """The clients that left the run, with their withdrawal."""
+        return self._inbox.withdrawn
+
     def close_phase(self) -> FedPNEBroadcast | Finished:
         """Aggregate the reports received (all, or a quorum) and open the next phase."""
         if self._finished is not None:
             return self._finished
+        if self._inbox.expected == 0:
+            return self._finish("withdrawn")
         reports = self._inbox.in_order()  # a fixed client order (determinism)
         if self.truncated:
             return self._finish()
@@ -192,9 +208,9 @@ class FedPNEServer:
         self.depth += 1
         return self._next_phase()
 
-    def _finish(self) -> Finished:
+    def _finish(self, reason: str = "budget") -> Finished:
         self._inbox.close()
-        self._finished = Finished(self.phase, self.recommend())
+        self._finished = Finished(self.phase, self.recommend(), reason)
         return self._finished
 
     def recommend(self) -> np.ndarray:

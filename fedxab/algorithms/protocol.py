@@ -203,6 +203,46 @@ class MeansReport:
         )
 
 
+@dataclass(frozen=True)
+class Withdrawal:
+    """Client -> server: the client leaves the run at ``phase`` and sends nothing more.
+
+    A client withdraws when it refuses the phase's release, e.g. because the release would take
+    it over its privacy budget (DESIGN.md, Privacy: "the algorithm then treats that client as
+    dropped out"). It made ``used`` evaluations in all and none in this phase; ``reason`` says
+    why, for the operator.
+    """
+
+    phase: int
+    client: int
+    used: int
+    reason: str
+
+    kind: ClassVar[str] = "withdrawal"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "client": self.client,
+            "used": self.used,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Withdrawal:
+        check_kind(data, cls.kind)
+        reason = _field(data, "reason")
+        if not isinstance(reason, str):
+            raise ProtocolError(f"field 'reason' must be a string, got {reason!r}")
+        return cls(
+            phase=wire_int(data, "phase", 1),
+            client=wire_int(data, "client"),
+            used=wire_int(data, "used"),
+            reason=reason,
+        )
+
+
 R = TypeVar("R")
 
 
@@ -213,12 +253,16 @@ class ReportInbox(Generic[R]):
     valid and is the report's claimed sender, the report is for the open phase) and says whether
     the report is new; a duplicate returns ``False`` and is never counted twice. Reports are read
     back in increasing client order, so aggregation does not depend on arrival order.
+
+    A :class:`Withdrawal` (:meth:`withdraw`) removes its client from this phase's barrier and
+    from every later one; a withdrawn client's later reports are refused.
     """
 
     def __init__(self, n_clients: int) -> None:
         self.n_clients = n_clients
         self.phase: int | None = None
         self._reports: dict[int, R] = {}
+        self.withdrawn: dict[int, Withdrawal] = {}
 
     def open(self, phase: int) -> None:
         self.phase = phase
@@ -238,13 +282,32 @@ class ReportInbox(Generic[R]):
             )
         if report.phase != self.phase:
             raise ProtocolError(f"report for phase {report.phase}, current phase is {self.phase}")
+        earlier = self.withdrawn.get(client)
+        if earlier is not None:
+            if report == earlier:
+                return False  # a redelivered withdrawal
+            raise ProtocolError(f"client {client} withdrew at phase {earlier.phase}")
+        if isinstance(report, Withdrawal) and client in self._reports:
+            raise ProtocolError(f"client {client} withdrew after reporting phase {self.phase}")
         return client not in self._reports
 
     def store(self, client: int, report: R) -> None:
         self._reports[client] = report
 
+    def withdraw(self, client: int, withdrawal: Withdrawal) -> bool:
+        """Take ``client`` out of the run; ``False`` for a redelivered withdrawal."""
+        if not self.admit(client, withdrawal):
+            return False
+        self.withdrawn[client] = withdrawal
+        return True
+
+    @property
+    def expected(self) -> int:
+        """Clients still in the run: those whose reports the barrier waits for."""
+        return self.n_clients - len(self.withdrawn)
+
     def ready(self) -> bool:
-        return len(self._reports) == self.n_clients
+        return len(self._reports) == self.expected
 
     def __len__(self) -> int:
         return len(self._reports)

@@ -44,12 +44,13 @@ from fedxab.algorithms.parallel import (
 )
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
-from fedxab.algorithms.protocol import Finished
+from fedxab.algorithms.protocol import Finished, Withdrawal
 from fedxab.errors import ConfigError, ProtocolError
 
 __all__ = [
     "ALGORITHMS",
     "FEDERATED",
+    "PRIVATE",
     "WIRE_TYPES",
     "algorithm_parameters",
     "decode_broadcast",
@@ -72,6 +73,10 @@ FEDERATED: dict[str, tuple[type, type]] = {
     "central-hct": (CentralHCTServer, CentralHCTClient),
 }
 """Federated algorithms: name -> (server class, client class)."""
+
+PRIVATE = frozenset({"dpfedpne"})
+"""Federated algorithms whose clients release privacy events (they take a ``[privacy]`` section
+and a :class:`~fedxab.privacy.gate.ReleaseGate`)."""
 
 WIRE_TYPES: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),
@@ -223,4 +228,8 @@ def decode_report(name: str, data: Any) -> Any:
     """The report of federated algorithm ``name`` from decoded wire data (or ProtocolError)."""
     if not isinstance(data, dict):
         raise ProtocolError(f"report must be a map, got {type(data).__name__}")
+    if data.get("kind") == Withdrawal.kind:
+        if not getattr(FEDERATED[name][0], "accepts_withdrawals", False):
+            raise ProtocolError(f"algorithm {name!r} does not accept withdrawals")
+        return Withdrawal.from_wire(data)
     return WIRE_TYPES[name][1].from_wire(data)

@@ -7,6 +7,11 @@ If its budget ends inside the phase it pulls until the budget is used and report
 ``complete=False``: the truncated phase is not aggregated (spec-fedpne-pfpne §4.5,
 spec-hct-poo-parallel §3.7). A redelivered broadcast gets the same report back without pulling
 again; an older one is refused.
+
+Before pulling for a phase whose statistics it would release, the client asks
+:meth:`NodeSamplingClient._refusal` whether it may release them; if not (DP-Fed-PNE's client out of
+privacy budget), it pulls nothing, answers a :class:`~fedxab.algorithms.protocol.Withdrawal` and
+answers nothing to any later broadcast.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedxab.algorithms.partition import Partition
-from fedxab.algorithms.protocol import Evaluate, MeansReport, ReplyCache, evaluate_checked
+from fedxab.algorithms.protocol import (
+    Evaluate,
+    MeansReport,
+    ReplyCache,
+    Withdrawal,
+    evaluate_checked,
+)
 from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import check_positive_int
 
@@ -48,10 +59,16 @@ class NodeSamplingClient:
         self.budget = check_positive_int("run.budget", budget)
         self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
         self.used = 0
+        self.withdrawal: Withdrawal | None = None
         self._replies: ReplyCache[MeansReport] = ReplyCache()
 
-    def answer(self, broadcast: Any, evaluate: Evaluate) -> MeansReport:
-        """Pull every node of ``broadcast`` (one batch) and report the local means."""
+    def answer(self, broadcast: Any, evaluate: Evaluate) -> MeansReport | Withdrawal | None:
+        """Pull every node of ``broadcast`` (one batch) and report the local means.
+
+        ``None`` (nothing to send) once the client has withdrawn, for any later phase.
+        """
+        if self.withdrawal is not None:
+            return self.withdrawal if broadcast.phase == self.withdrawal.phase else None
         cached = self._replies.get(broadcast.phase)
         if cached is not None:
             return cached
@@ -60,6 +77,11 @@ class NodeSamplingClient:
             raise ProtocolError(f"node index {int(nodes.max())} does not exist at depth {depth}")
         n_nodes = len(nodes)
         n_pulls = min(self.budget - self.used, n_nodes * t_h)
+        if n_pulls == n_nodes * t_h:
+            reason = self._refusal(broadcast.phase)
+            if reason is not None:
+                self.withdrawal = Withdrawal(broadcast.phase, self.client_id, self.used, reason)
+                return self.withdrawal
         points = self.partition.centres(depth, nodes)
         rewards = evaluate_checked(evaluate, np.repeat(points, t_h, axis=0)[:n_pulls])
         self.used += n_pulls
@@ -69,6 +91,10 @@ class NodeSamplingClient:
         else:
             report = self.report_class(broadcast.phase, self.client_id, False)
         return self._replies.put(broadcast.phase, report)
+
+    def _refusal(self, phase: int) -> str | None:
+        """Why the client refuses to release phase ``phase``'s statistics, or None (it may)."""
+        return None
 
     def _local_means(self, rewards: np.ndarray, phase: int) -> np.ndarray:
         """The released statistic: each node's mean reward (rows = nodes, columns = pulls)."""

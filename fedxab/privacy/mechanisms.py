@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
 
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import check_choice, check_positive
 
 CALIBRATIONS = ("classic", "analytic")
@@ -55,6 +56,29 @@ class PrivacyEvent:
             "count": self.count,
             "scope": self.scope,
         }
+
+    @classmethod
+    def from_wire(cls, data: Any) -> PrivacyEvent:
+        """The event of :meth:`to_wire`'s data; ProtocolError naming a bad field."""
+        if not isinstance(data, dict):
+            raise ProtocolError(f"a privacy event must be a map, got {type(data).__name__}")
+        try:
+            mechanism, scope = data["mechanism"], data["scope"]
+            numbers = [
+                float(data[k]) for k in ("noise_multiplier", "sampling_rate", "sensitivity")
+            ]
+            count = data["count"]
+        except KeyError as exc:
+            raise ProtocolError(f"privacy event: missing field {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"privacy event: a number field is not a number ({exc})") from exc
+        if not isinstance(mechanism, str) or not isinstance(scope, str):
+            raise ProtocolError("privacy event: fields 'mechanism' and 'scope' must be strings")
+        if type(count) is not int or count < 1:
+            raise ProtocolError("privacy event: field 'count' must be an integer >= 1")
+        if not all(math.isfinite(v) and v > 0 for v in numbers) or numbers[1] > 1:
+            raise ProtocolError(f"privacy event: out of range values {numbers}")
+        return cls(mechanism, *numbers, count, scope)
 
 
 def _analytic_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
@@ -108,14 +132,17 @@ class GaussianMechanism:
     def noise_multiplier(self) -> float:
         return self.sigma / self.sensitivity
 
+    def event(self, scope: str = "") -> PrivacyEvent:
+        """The privacy event of one release (known before releasing, for a budget check)."""
+        return PrivacyEvent("gaussian", self.noise_multiplier, 1.0, self.sensitivity, 1, scope)
+
     def release(
         self, values: np.ndarray, rng: np.random.Generator, scope: str = ""
     ) -> tuple[np.ndarray, PrivacyEvent]:
         """``values + N(0, sigma^2 I)`` and the event of this one release."""
         values = np.asarray(values, dtype=np.float64)
         noisy = values + rng.normal(0.0, self.sigma, size=values.shape)
-        event = PrivacyEvent("gaussian", self.noise_multiplier, 1.0, self.sensitivity, 1, scope)
-        return noisy, event
+        return noisy, self.event(scope)
 
 
 def clip_l2(values: np.ndarray, bound: float) -> np.ndarray:

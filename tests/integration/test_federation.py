@@ -246,7 +246,7 @@ def test_a_client_leaving_budget_unused_is_an_error():
     # too, so the protocol carries on, but it leaves one evaluation unused
     fed = Federation(_config(2, 50), seed=0)
     fed.clients[0] = FedPNEClient(0, [[0.0, 1.0]], budget=49)
-    with pytest.raises(FederationError, match=r"did not use exactly .*\(client 0: 49\)"):
+    with pytest.raises(FederationError, match=r"did not use exactly .*\(client 0: 49 of 50\)"):
         fed.run()
 
 

@@ -211,7 +211,7 @@ def test_unknown_key_lists_allowed_keys():
 def test_unknown_section_lists_allowed_sections():
     err = _error({"extra": {"x": 1}})
     assert err.field == "extra"
-    assert "agents, algorithm, broker, federation, objective, run" in str(err)
+    assert "agents, algorithm, broker, federation, objective, privacy, run" in str(err)
 
 
 @pytest.mark.parametrize(
@@ -273,4 +273,4 @@ def test_config_error_is_a_fedxab_error():
 def test_sections_come_from_config_fields():
     # Adding a section is one new dataclass plus one field on Config: check the wiring.
     names = [f.name for f in dataclasses.fields(Config)]
-    assert names == ["run", "objective", "algorithm", "federation", "agents", "broker"]
+    assert names == ["run", "objective", "algorithm", "federation", "agents", "broker", "privacy"]

@@ -1,0 +1,59 @@
+"""A client's release gate: the ledger check before a release and the record that goes with it.
+
+DESIGN.md (Privacy): **before** a release, the client checks that it keeps it within its budget
+(:meth:`~fedxab.privacy.ledger.PrivacyLedger.check_release`, which raises
+:class:`~fedxab.privacy.ledger.PrivacyBudgetExceeded`); the release is recorded in the ledger
+before the released value leaves the client, so a crash after the record over-counts (safe) and
+never under-counts. The algorithm client (sans-I/O) only sees the two calls of
+:class:`ReleaseGate`; the runner or the client agent gives it a :class:`LedgerGate`.
+
+Records made through a gate are also kept in :attr:`LedgerGate.outbox` until the transport takes
+them (:meth:`LedgerGate.drain`): the client agent mirrors them to the run's ``ledger`` topic.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fedxab.privacy.ledger import PrivacyLedger
+from fedxab.privacy.mechanisms import PrivacyEvent
+
+__all__ = ["LedgerGate", "ReleaseGate"]
+
+
+class ReleaseGate(Protocol):
+    """What a private algorithm client calls around each release."""
+
+    def admit(self, phase: int, event: PrivacyEvent) -> None:
+        """Raise PrivacyBudgetExceeded if releasing ``event`` would exceed the budget."""
+        ...
+
+    def record(self, phase: int, event: PrivacyEvent) -> None:
+        """Record the release of ``event`` in phase ``phase`` (before it is sent)."""
+        ...
+
+
+class LedgerGate:
+    """Client ``client``'s gate on ``ledger`` for run ``run``."""
+
+    def __init__(self, ledger: PrivacyLedger, run: str, client: int) -> None:
+        self.ledger = ledger
+        self.run = run
+        self.client = client
+        self.outbox: list[tuple[int, PrivacyEvent]] = []
+
+    def admit(self, phase: int, event: PrivacyEvent) -> None:
+        """Allow ``event`` if it fits the budget, or if this very release is already recorded
+        (a replayed or re-run phase releases the same seeded values again: nothing new)."""
+        if self.ledger.recorded(self.run, self.client, phase) == event:
+            return
+        self.ledger.check_release(self.run, self.client, event)
+
+    def record(self, phase: int, event: PrivacyEvent) -> None:
+        self.ledger.record(self.run, self.client, phase, event)
+        self.outbox.append((phase, event))  # mirrored even if already recorded (a re-run)
+
+    def drain(self) -> list[tuple[int, PrivacyEvent]]:
+        """The releases made since the last call (for the ledger topic)."""
+        out, self.outbox = self.outbox, []
+        return out

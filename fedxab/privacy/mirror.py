@@ -1,0 +1,182 @@
+"""The ledger mirrored on the run's ``ledger`` topic, and a ledger rebuilt from it.
+
+DESIGN.md (Privacy): on a broker, every client agent publishes each release it records (and, at
+start, each hosted client's budget) to ``{namespace}.{run_id}.ledger``, keyed by client id, before
+the report that carries the released values. Anyone who can read the topic (the server, an
+auditor) rebuilds the run's ledger from it (:func:`rebuild_ledger`): recording is idempotent per
+(run, client, phase, release), so duplicated records (at-least-once delivery, a restarted client
+publishing again) change nothing.
+
+One record = one :class:`~fedxab.broker.codec.Envelope` of kind ``"ledger"`` whose payload is
+``{"entry": "release", "phase", "release", "event": {...}}``,
+``{"entry": "budget", "epsilon", "delta"}`` or, once the client has seen the run's end,
+``{"entry": "end", "releases"}``; the client is the envelope's sender (and the record key, so one
+client's records keep their order). The end marker makes a client's mirror checkably complete
+without trusting a broker's end offsets (the dev broker's can lag behind its last record): a
+reader that has a client's end marker has every release that client published before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedxab.broker.base import Broker, Record
+from fedxab.broker.codec import Envelope, client_sender, packb
+from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.privacy.ledger import Budget, PrivacyLedger
+from fedxab.privacy.mechanisms import PrivacyEvent
+
+__all__ = [
+    "Rebuild",
+    "budget_record",
+    "end_record",
+    "read_to_end",
+    "rebuild_ledger",
+    "release_record",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _record(run_id: str, client: int, phase: int, msg_id: str, body: dict[str, Any]) -> bytes:
+    return Envelope(
+        run_id=run_id,
+        kind="ledger",
+        phase=phase,
+        sender=client_sender(client),
+        msg_id=msg_id,
+        payload=packb(body),
+        sent_at=time.time(),
+    ).encode()
+
+
+def release_record(
+    run_id: str, client: int, phase: int, event: PrivacyEvent, release: int = 0
+) -> bytes:
+    """The ledger-topic record of one recorded release."""
+    body = {"entry": "release", "phase": phase, "release": release, "event": event.to_wire()}
+    return _record(run_id, client, phase, f"release:{phase}:{release}", body)
+
+
+def budget_record(run_id: str, client: int, budget: Budget) -> bytes:
+    """The ledger-topic record of a client's budget."""
+    body = {"entry": "budget", "epsilon": budget.epsilon, "delta": budget.delta}
+    return _record(run_id, client, 0, "budget", body)
+
+
+def end_record(run_id: str, client: int, releases: int) -> bytes:
+    """The ledger-topic record saying the client published all its ``releases`` releases."""
+    return _record(run_id, client, 0, "end", {"entry": "end", "releases": releases})
+
+
+async def read_to_end(broker: Broker, topic: str) -> list[Record]:
+    """Every record the topic holds now (all partitions, from the beginning)."""
+    sub = broker.subscribe(topic, None)
+    try:
+        ends = {p: end for p, end in (await sub.end_offsets()).items() if end > 0}
+        records: list[Record] = []
+        if ends:
+            async for record in sub:
+                records.append(record)
+                if record.offset >= ends.get(record.partition, 0) - 1:
+                    ends.pop(record.partition, None)
+                    if not ends:
+                        break
+        return records
+    finally:
+        await sub.close()
+
+
+@dataclass
+class Rebuild:
+    """What :func:`rebuild_ledger` read: records skipped as invalid, and the clients whose end
+    marker it saw (their mirror is complete)."""
+
+    skipped: int = 0
+    ended: set[int] = field(default_factory=set)
+
+
+def apply_record(ledger: PrivacyLedger, run_id: str, record: Record) -> int | None:
+    """Apply one ledger-topic record; the client id if it is an end marker, else None.
+    ProtocolError if it is not a valid record for ``run_id``."""
+    env = Envelope.decode(record.value)
+    if env.run_id != run_id or env.kind != "ledger" or env.client_id is None:
+        raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
+    body = env.body()
+    if not isinstance(body, Mapping):
+        raise ProtocolError("a ledger entry must be a map")
+    entry = body.get("entry")
+    if entry == "release":
+        event = PrivacyEvent.from_wire(body.get("event"))
+        phase, release = body.get("phase"), body.get("release")
+        if type(phase) is not int or type(release) is not int or phase != env.phase:
+            raise ProtocolError(f"bad phase/release {phase!r}/{release!r}")
+        ledger.record(run_id, env.client_id, phase, event, release)
+    elif entry == "budget":
+        try:
+            budget = Budget(float(body["epsilon"]), float(body["delta"]))
+        except (KeyError, TypeError, ValueError, FedxabError) as exc:
+            raise ProtocolError(f"bad budget entry: {exc}") from exc
+        ledger.set_budget(run_id, env.client_id, budget)
+    elif entry == "end":
+        return env.client_id
+    else:
+        raise ProtocolError(f"unknown ledger entry {entry!r}")
+    return None
+
+
+async def rebuild_ledger(
+    broker: Broker,
+    topic: str,
+    run_id: str,
+    ledger: PrivacyLedger,
+    *,
+    expect: set[int] | None = None,
+    timeout_s: float = 60.0,
+) -> Rebuild:
+    """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
+
+    Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
+    (client ids), reads until each of them has its end marker, or ``timeout_s`` seconds. Invalid
+    records are skipped, counted and logged. A record that contradicts one already in the
+    ledger raises :class:`~fedxab.privacy.ledger.LedgerError`: history is never rewritten."""
+    result = Rebuild()
+
+    def apply(record: Record) -> None:
+        try:
+            ended = apply_record(ledger, run_id, record)
+        except (ProtocolError, ConfigError) as exc:  # malformed, or an event no accountant takes
+            result.skipped += 1
+            log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)
+            return
+        if ended is not None:
+            result.ended.add(ended)
+
+    if expect is None:
+        for record in await read_to_end(broker, topic):
+            apply(record)
+        return result
+
+    async def until_every_end() -> None:
+        async with broker.subscribe(topic, None) as sub:
+            async for record in sub:
+                apply(record)
+                if expect <= result.ended:
+                    return
+
+    if expect:
+        try:
+            await asyncio.wait_for(until_every_end(), timeout_s)
+        except TimeoutError:
+            log.warning(
+                "ledger topic %s: no end marker from client(s) %s after %.0f s",
+                topic,
+                sorted(expect - result.ended)[:5],
+                timeout_s,
+            )
+    return result
