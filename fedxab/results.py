@@ -16,6 +16,8 @@ Layout (schema ``fedxab.results/1``)::
          "recommendation": [...], "simple_regret", "evaluations", "wall_time_s",
          # federated runs only:
          "local_cumulative_regret": [...],             # on the same rounds ([PF] local regret)
+         "global_simple_regret": [...],                # when present: mean over clients of the
+         "local_simple_regret": [...],                 #   best regret so far (spec-dpftsde §7.1)
          "communication": {"clients", "rounds", "messages_up", "messages_down",
                            "bytes_up", "bytes_down", "per_phase": [{...}, ...]},
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
@@ -25,7 +27,9 @@ Layout (schema ``fedxab.results/1``)::
       ],
       "summary": {"runs": n, "cumulative_regret": {"mean", "std"},
                   "average_regret": {"mean", "std"}, "simple_regret": {"mean", "std"},
-                  "local_cumulative_regret": {"mean", "std"}},   # federated runs only
+                  "local_cumulative_regret": {"mean", "std"},    # federated runs only
+                  "global_simple_regret": {"mean", "std"},       # when the curves are present
+                  "local_simple_regret": {"mean", "std"}},       # (final round)
       "communication": null,                           # federated: mean over runs (below)
       "privacy": null     # private: {"runs", "accountant", "delta", "budget_epsilon",
     }                     #           "max_epsilon": {"mean", "std"}, "withdrawn": mean count}
@@ -37,7 +41,11 @@ single run has std 0.
 Federated runs (spec-fedpne-pfpne §1.2, §4.4): ``cumulative_regret`` is the global regret
 averaged over clients, ``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))`` ([FX]'s plotted quantity),
 ``local_cumulative_regret`` the local one, ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))``
-([PF]'s), both against the per-client round t. ``evaluations`` counts all clients' evaluations.
+([PF]'s), both against the per-client round t. ``global_simple_regret`` and
+``local_simple_regret`` (spec-dpftsde §7.1) are, at round t, the mean over clients of
+``min_{tau<=t} (f* - f(x_{m,tau}))`` and ``min_{tau<=t} (f_m* - f_m(x_{m,tau}))`` (noise-free);
+a client that stopped early (withdrew) keeps its last best value; files without them still load.
+``evaluations`` counts all clients' evaluations.
 A run's ``communication`` counts phases (one communication round each), messages and encoded
 bytes up (clients -> server) and down (server -> clients), in total and per phase; the top-level
 ``communication`` holds ``clients`` and the mean over runs of ``rounds``, ``messages_up``,
@@ -126,6 +134,12 @@ class RunRecord:
     local_cumulative_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
     communication: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     privacy: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    global_simple_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    """Federated runs: at each of ``rounds``, the mean over clients of the client's best
+    noise-free global regret so far, ``min_{tau <= t} (f* - f(x_{m,tau}))`` (spec-dpftsde §7.1)."""
+    local_simple_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    """Federated runs: the same on each client's own objective, ``min_{tau <= t} (f_m* -
+    f_m(x_{m,tau}))``. A client that stopped early keeps its last best value."""
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -149,6 +163,16 @@ class RunRecord:
         return None if local is None else float(local[-1])
 
     @property
+    def final_global_simple_regret(self) -> float | None:
+        curve = self.global_simple_regret
+        return None if curve is None else float(curve[-1])
+
+    @property
+    def final_local_simple_regret(self) -> float | None:
+        curve = self.local_simple_regret
+        return None if curve is None else float(curve[-1])
+
+    @property
     def is_federated(self) -> bool:
         return self.communication is not None
 
@@ -169,6 +193,10 @@ class RunRecord:
             d["communication"] = _plain_json(self.communication)
         if self.privacy is not None:
             d["privacy"] = _plain_json(self.privacy)
+        if self.global_simple_regret is not None:
+            d["global_simple_regret"] = _list_or_none(self.global_simple_regret)
+        if self.local_simple_regret is not None:
+            d["local_simple_regret"] = _list_or_none(self.local_simple_regret)
         return d
 
     @classmethod
@@ -186,6 +214,9 @@ class RunRecord:
             simple = need("simple_regret")
             local_raw = d.get("local_cumulative_regret")
             local = None if local_raw is None else np.asarray(local_raw, dtype=np.float64)
+            gs_raw, ls_raw = d.get("global_simple_regret"), d.get("local_simple_regret")
+            g_simple = None if gs_raw is None else np.asarray(gs_raw, dtype=np.float64)
+            l_simple = None if ls_raw is None else np.asarray(ls_raw, dtype=np.float64)
             record = cls(
                 seed=int(need("seed")),
                 rounds=rounds,
@@ -197,6 +228,8 @@ class RunRecord:
                 local_cumulative_regret=local,
                 communication=_check_communication(d.get("communication"), where),
                 privacy=_check_privacy(d.get("privacy"), where),
+                global_simple_regret=g_simple,
+                local_simple_regret=l_simple,
             )
         except ResultsError:
             raise
@@ -206,7 +239,12 @@ class RunRecord:
             raise ResultsError(f"{where}: 'rounds' must be a non-empty list of round numbers")
         if np.any(rounds < 1) or np.any(np.diff(rounds) <= 0):
             raise ResultsError(f"{where}: 'rounds' must be increasing round numbers >= 1")
-        for key, curve in (("cumulative_regret", cum), ("local_cumulative_regret", local)):
+        for key, curve in (
+            ("cumulative_regret", cum),
+            ("local_cumulative_regret", local),
+            ("global_simple_regret", g_simple),
+            ("local_simple_regret", l_simple),
+        ):
             if curve is not None and curve.shape != rounds.shape:
                 raise ResultsError(
                     f"{where}: {key!r} has {curve.size} values for {rounds.size} rounds"
@@ -272,7 +310,8 @@ def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
 
 def summarize(runs: Sequence[RunRecord]) -> dict[str, Any]:
     """Mean and (population) std over runs of the final cumulative, average and simple regret
-    (and, for federated runs, of the final local cumulative regret)."""
+    (and, for federated runs, of the final local cumulative regret and, where present, of the
+    final-round global and local simple-regret curves)."""
     out: dict[str, Any] = {
         "runs": len(runs),
         "cumulative_regret": _stats([r.final_cumulative_regret for r in runs]),
@@ -281,6 +320,10 @@ def summarize(runs: Sequence[RunRecord]) -> dict[str, Any]:
     }
     if any(r.is_federated or r.local_cumulative_regret is not None for r in runs):
         out["local_cumulative_regret"] = _stats([r.final_local_cumulative_regret for r in runs])
+    if any(r.global_simple_regret is not None for r in runs):
+        out["global_simple_regret"] = _stats([r.final_global_simple_regret for r in runs])
+    if any(r.local_simple_regret is not None for r in runs):
+        out["local_simple_regret"] = _stats([r.final_local_simple_regret for r in runs])
     return out
 
 

@@ -194,6 +194,17 @@ class RegretSums:
     redelivered message changes nothing); :meth:`flush` adds everything buffered, sorted by
     (phase, client). Whoever flushes after every phase (in-process) or once at the end (a server
     agent) gets the same sums, bit for bit.
+
+    Simple regret (spec-dpftsde §7.1 metric, §9.9): :meth:`flush` also keeps, per client, the
+    best (smallest) regret term so far, ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local) and
+    ``min_{tau <= t} (f* - f(x_{m,tau}))`` (global), and adds it into per-round sums, so that
+    :meth:`simple_curves` gives their mean over clients in O(M + T) memory. A client's terms
+    arrive in position order because its phases do (its telemetry of phase p is flushed before
+    that of phase p + 1; true on every transport). A client whose terms stop before T (it
+    withdrew, or its telemetry is incomplete) keeps its last best value for the remaining rounds;
+    positions missing in the middle of its telemetry also carry its best value so far. A client
+    counts in the mean of round t from its first known evaluation on (so, in a normal run, every
+    client in every round).
     """
 
     def __init__(self, n_clients: int, budget: int, *, global_known: bool, local_known: bool):
@@ -205,6 +216,14 @@ class RegretSums:
         self.evaluations_by_phase: dict[int, int] = {}
         self._seen: set[tuple[int, int]] = set()
         self._pending: list[Telemetry] = []
+        # simple regret: per-client best so far (M) and per-round sums of it over clients (T)
+        self.global_simple_sum = np.zeros(budget) if global_known else None
+        self.local_simple_sum = np.zeros(budget) if local_known else None
+        self._simple_count = np.zeros(budget, dtype=np.int64)
+        self._best_global = np.full(n_clients, np.inf)
+        self._best_local = np.full(n_clients, np.inf)
+        self._covered = np.zeros(n_clients, dtype=np.int64)
+        self._simple_ok = True
 
     def add(self, telemetry: Telemetry) -> bool:
         """Buffer one client's telemetry for one phase; ``False`` if it was already added."""
@@ -246,7 +265,44 @@ class RegretSums:
             if self.local_sum is not None:
                 self.local_sum[t.start : stop] += t.local_terms
             self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
+            self._add_simple(t)
         self._pending = []
+
+    def _add_simple(self, t: Telemetry) -> None:
+        """Client ``t.client``'s running minima over positions ``t.start .. stop - 1``."""
+        if not self._simple_ok or t.count == 0:
+            return
+        m, start, stop = t.client, t.start, t.start + t.count
+        covered = int(self._covered[m])
+        if start < covered:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "simple regret dropped: telemetry of client %d for positions %d..%d came after "
+                "position %d was added",
+                m,
+                start,
+                stop - 1,
+                covered - 1,
+            )
+            self._simple_ok = False
+            return
+        sums = (
+            (self.global_simple_sum, self._best_global, t.global_terms),
+            (self.local_simple_sum, self._best_local, t.local_terms),
+        )
+        if start > covered and covered > 0:  # a gap: carry the best so far across it
+            for total, best, _ in sums:
+                if total is not None:
+                    total[covered:start] += best[m]
+            self._simple_count[covered:start] += 1
+        for total, best, terms in sums:
+            if total is not None and terms is not None:
+                running = np.minimum(np.minimum.accumulate(terms), best[m])
+                total[start:stop] += running
+                best[m] = running[-1]
+        self._simple_count[start:stop] += 1
+        self._covered[m] = stop
 
     def complete(self, expected: np.ndarray) -> bool:
         """Every client's telemetry covers the evaluations it made (``expected[m]``: its budget
@@ -262,3 +318,38 @@ class RegretSums:
             return _regret.at_rounds(_regret.cumulative_regret(per_round) / self.n_clients, rounds)
 
         return curve(self.global_sum), curve(self.local_sum)
+
+    def simple_curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Global and local simple regret averaged over clients, at the 1-based ``rounds``.
+
+        At round t: the mean over clients of ``min_{tau <= t} (f* - f(x_{m,tau}))`` (global) and
+        of ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local), noise-free (spec-dpftsde §7.1).
+        A client whose terms stop at position s < T (it withdrew) counts with its last best
+        value in rounds s + 1 .. T. ``None`` where the optimum is unknown, where a client's
+        telemetry came out of order (logged), or where some round in ``rounds`` has no client
+        with a known evaluation yet.
+        """
+        if not self._simple_ok:
+            return None, None
+        T = self.budget
+        tail = (self._covered > 0) & (self._covered < T)
+        idx = self._covered[tail]
+        extra_count = np.zeros(T + 1, dtype=np.int64)
+        np.add.at(extra_count, idx, 1)
+        count = self._simple_count + np.cumsum(extra_count)[:T]
+        at = np.asarray(rounds, dtype=np.int64) - 1
+        if at.size and np.any(count[at] == 0):
+            return None, None
+
+        def curve(total: np.ndarray | None, best: np.ndarray) -> np.ndarray | None:
+            if total is None:
+                return None
+            extra = np.zeros(T + 1)
+            np.add.at(extra, idx, best[tail])
+            per_round = total + np.cumsum(extra)[:T] if idx.size else total
+            return _regret.at_rounds(per_round / np.maximum(count, 1), rounds)
+
+        return (
+            curve(self.global_simple_sum, self._best_global),
+            curve(self.local_simple_sum, self._best_local),
+        )

@@ -6,9 +6,11 @@ from fedxab.objectives.families import (
     ClientFamily,
     OffsetObjective,
     ShiftedObjective,
+    gp_sample_family,
     input_shift_family,
     value_offset_family,
 )
+from fedxab.objectives.gp import GPGrid, GridObjective
 from fedxab.objectives.noise import (
     NOISE_MODELS,
     GaussianNoise,
@@ -40,8 +42,10 @@ __all__ = [
     "ClientFamily",
     "DoubleSine",
     "FunctionObjective",
+    "GPGrid",
     "Garland",
     "GaussianNoise",
+    "GridObjective",
     "Himmelblau",
     "NoNoise",
     "NoiseModel",
@@ -53,6 +57,7 @@ __all__ = [
     "SyntheticObjective",
     "TruncatedGaussianNoise",
     "UniformNoise",
+    "gp_sample_family",
     "input_shift_family",
     "known_maximizers",
     "make_noise",

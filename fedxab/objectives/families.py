@@ -7,6 +7,9 @@ Two constructions, each drawing client m's randomness from ``fedxab.seeding.stre
   objective is ``f`` itself.
 * :func:`input_shift_family` (PF-PNE, spec-fedpne-pfpne §8.2): ``f_m(x) = f(clip_X(x - s_m))``;
   the global objective is the average of the clients.
+* :func:`gp_sample_family` (DP-FTS-DE, spec-dpftsde §7.1): a GP sample ``f`` on a 1-D grid and
+  clients ``f^n = f + d(n, x)``, ``d = +-0.02``; or the heterogeneity study's mixtures
+  ``alpha f^n + (1 - alpha) f_base``. The base function is drawn from ``stream(seed, "gp-family")``.
 
 Every client is an :class:`~fedxab.objectives.base.Objective` with its own optimum value and
 maximiser (regret is measured per client in PF-PNE, on the global objective in Fed-PNE).
@@ -22,14 +25,23 @@ import numpy as np
 
 from fedxab.errors import ConfigError, ObjectiveError
 from fedxab.objectives.base import Objective
+from fedxab.objectives.gp import (
+    GP_FAMILY_ROLE,
+    GridObjective,
+    _check_grid_size,
+    _check_lengthscale,
+    gp_grid_values,
+)
 from fedxab.objectives.optimize import known_maximizers, maximize_on_box
 from fedxab.seeding import stream
 
 __all__ = [
+    "GP_PERTURBATIONS",
     "AverageObjective",
     "ClientFamily",
     "OffsetObjective",
     "ShiftedObjective",
+    "gp_sample_family",
     "input_shift_family",
     "value_offset_family",
 ]
@@ -242,3 +254,102 @@ def input_shift_family(
     return ClientFamily(
         global_objective=AverageObjective(clients), clients=clients, kind="input_shift"
     )
+
+
+GP_PERTURBATIONS = ("point", "client")
+"""How :func:`gp_sample_family` draws the sign of d: per (client, grid point) or per client."""
+
+
+def gp_sample_family(
+    n_clients: int,
+    seed: int,
+    *,
+    lengthscale: float = 0.03,
+    grid_size: int = 1000,
+    magnitude: float | None = None,
+    per: str | None = None,
+    alpha: float | None = None,
+    sample_seed: int | None = None,
+) -> ClientFamily:
+    """DP-FTS-DE's synthetic clients (spec-dpftsde §7.1, App. B.1.1; §9 items 10-11).
+
+    The base function ``f`` is a GP sample (SE kernel, ``lengthscale``) on ``grid_size`` equally
+    spaced points of [0, 1], min-max normalised to [0, 1] (:class:`~fedxab.objectives.gp.GPGrid`),
+    drawn from ``stream(sample_seed if given else seed, "gp-family")``. Every client and the
+    global objective is a :class:`~fedxab.objectives.gp.GridObjective` on that grid (nearest-point
+    evaluation, exact optimum and maximisers).
+
+    ``alpha = None`` (default), the main construction (§7.1 step 3): client n has
+    ``f^n(x) = f(x) + d(n, x)`` with ``d = +magnitude`` or ``-magnitude`` with probability 1/2
+    each (``magnitude`` default 0.02), drawn from ``stream(seed, "family", n)``:
+
+    * ``per = "point"`` (default, §9.10's literal reading): independently per (client, grid point),
+      so ``|f^n - f| = magnitude`` everywhere and ``|f^1 - f^n| <= 2 magnitude``;
+    * ``per = "client"``: one sign per client, a constant offset (the alternative reading).
+
+    The global objective is ``f`` itself (client values lie in [-magnitude, 1 + magnitude]).
+
+    ``alpha`` in [0, 1], the heterogeneity study (§7.1, App. B.1.2): client n draws its own GP
+    sample ``g^n`` from ``stream(seed, "family", n)``, and ``f^n = alpha g^n + (1 - alpha) f``
+    with ``f`` (= f_base) and each ``g^n`` normalised to [0, 1] before mixing (§9.11's proposal),
+    so every ``f^n`` lies in [0, 1]; ``alpha = 1`` gives independent functions, ``alpha = 0``
+    identical ones. No +-d perturbation is added (``magnitude``/``per`` must be left out). The
+    global objective is the clients' average ``(1/N) sum_n f^n`` (itself a grid function with an
+    exact optimum): the study only states per-agent regret, and with ``alpha = 1`` the base
+    function is unrelated to every client.
+
+    Client n depends only on ``(seed, n)`` (and the base function), never on ``n_clients``.
+    """
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int | np.integer) or n_clients < 1:
+        raise ConfigError("family.n_clients", f"must be a positive integer, got {n_clients!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ConfigError("seed", f"must be a non-negative integer, got {seed!r}")
+    ell = _check_lengthscale(lengthscale, "family.lengthscale")
+    size = _check_grid_size(grid_size, "family.grid_size")
+    if sample_seed is not None and (
+        isinstance(sample_seed, bool)
+        or not isinstance(sample_seed, int | np.integer)
+        or sample_seed < 0
+    ):
+        raise ConfigError(
+            "family.sample_seed", f"must be a non-negative integer or None, got {sample_seed!r}"
+        )
+    m_count, seed = int(n_clients), int(seed)
+    base_seed = seed if sample_seed is None else int(sample_seed)
+    f = gp_grid_values(stream(base_seed, GP_FAMILY_ROLE), size, ell)
+
+    if alpha is not None:
+        a = _check_scale(alpha, "family.alpha")
+        if a > 1.0:
+            raise ConfigError("family.alpha", f"must lie in [0, 1], got {alpha!r}")
+        for name, value in (("magnitude", magnitude), ("per", per)):
+            if value is not None:
+                raise ConfigError(
+                    f"family.{name}",
+                    "the mixture family (alpha set) adds no +-d perturbation; leave it out, or "
+                    "set alpha = None for the perturbed family",
+                )
+        mixed = [
+            a * gp_grid_values(stream(seed, "family", n), size, ell) + (1.0 - a) * f
+            for n in range(m_count)
+        ]
+        clients = tuple(GridObjective(v, name=f"gp-mixture[{n}]") for n, v in enumerate(mixed))
+        total = np.zeros(size)
+        for v in mixed:
+            total += v
+        glob = GridObjective(total / m_count, name=f"mean(gp-mixture, N={m_count})")
+        return ClientFamily(global_objective=glob, clients=clients, kind="gp_mixture")
+
+    d = 0.02 if magnitude is None else _check_scale(magnitude, "family.magnitude")
+    mode = "point" if per is None else per
+    if mode not in GP_PERTURBATIONS:
+        raise ConfigError(
+            "family.per", f"unknown value {per!r}; allowed: {', '.join(GP_PERTURBATIONS)}"
+        )
+    glob = GridObjective(f, name="gp-grid")
+    out = []
+    for n in range(m_count):
+        rng = stream(seed, "family", n)
+        signs = 2.0 * rng.integers(0, 2, size=size if mode == "point" else 1) - 1.0
+        out.append(GridObjective(f + d * signs, name=f"gp-perturbed[{n}]"))
+    return ClientFamily(global_objective=glob, clients=tuple(out), kind="gp_perturbed")

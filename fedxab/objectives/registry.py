@@ -7,6 +7,7 @@ from typing import Any
 
 from fedxab.errors import ConfigError
 from fedxab.objectives.base import Objective
+from fedxab.objectives.gp import GPGrid
 from fedxab.objectives.landmine import LandmineSVM
 from fedxab.objectives.synthetic import (
     Ackley,
@@ -27,6 +28,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "ackley": Ackley,
     "sineproduct": SineProduct,
     "landmine": LandmineSVM,
+    "gpgrid": GPGrid,  # "gp-grid": spec-dpftsde §7.1 (the family draws f from the run seed)
 }
 
 

@@ -252,6 +252,7 @@ def test_registry_names_and_errors() -> None:
         "ackley",
         "sineproduct",
         "landmine",
+        "gpgrid",
     }
     for name, cls in OBJECTIVES.items():
         if name != "landmine":  # needs its data file; tests/unit/test_landmine.py covers it
