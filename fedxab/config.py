@@ -345,7 +345,7 @@ class AlgorithmConfig:
         return {"name": self.name, **_plain(self.params)}
 
 
-HETEROGENEITY = ("offset", "shift", "none", "fields")
+HETEROGENEITY = ("offset", "shift", "none", "fields", "gp-perturbed", "gp-mixture")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +362,19 @@ class FederationConfig(Section):
     - ``"none"``: every client has ``f`` itself;
     - ``"fields"``: the landmine objective only: client m tunes the SVM of its own field (fields
       0..M-1 for M <= 29, random fields with replacement beyond); the global objective is the
-      clients' mean AUC (spec-fedpne-pfpne §7.2).
+      clients' mean AUC (spec-fedpne-pfpne §7.2);
+    - ``"gp-perturbed"``: objective ``"gp-grid"`` only (spec-dpftsde §7.1): ``f^n = f + d(n, x)``,
+      ``d = +-scale`` (default 0.02) with probability 1/2, drawn per grid point (``perturbation
+      = "point"``, the default, §9.10) or once per client (``"client"``); the global objective
+      is the GP sample ``f``;
+    - ``"gp-mixture"``: objective ``"gp-grid"`` only, the heterogeneity study (§7.1, §9.11):
+      ``f^n = alpha g^n + (1 - alpha) f`` with an independent GP sample ``g^n`` per client,
+      ``alpha = mixture_alpha`` (default 0.7, Fig. 7a; 1.0 for Fig. 7b); the global objective
+      is the clients' average.
+
+    With objective ``"gp-grid"`` the GP function of run ``seed`` is drawn by the family from
+    ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it), whatever
+    the heterogeneity (:func:`fedxab.agents.federation.make_family`).
     """
 
     SECTION: ClassVar[str] = "federation"
@@ -370,9 +382,16 @@ class FederationConfig(Section):
     clients: int = 10
     """The number of clients M."""
     heterogeneity: str = "offset"
-    """How the client objectives differ: "offset", "shift", "none" or "fields" (landmine)."""
+    """How the client objectives differ: "offset", "shift", "none", "fields" (landmine),
+    "gp-perturbed" or "gp-mixture" (gp-grid)."""
     heterogeneity_scale: float | None = None
-    """Standard deviation of the offsets (or of the shifts, in input units); None = default."""
+    """Standard deviation of the offsets (or of the shifts, in input units), or the magnitude d
+    of the "gp-perturbed" perturbation (default 0.02); None = default."""
+    perturbation: str | None = None
+    """"gp-perturbed" only: draw the sign of d per grid point ("point", default) or per client
+    ("client")."""
+    mixture_alpha: float | None = None
+    """"gp-mixture" only: the weight alpha in [0, 1] of each client's own GP sample; None = 0.7."""
 
     def _check(self) -> None:
         if self.clients < 1:
@@ -395,6 +414,35 @@ class FederationConfig(Section):
                     "federation.heterogeneity_scale",
                     'has no effect with heterogeneity = "none"; remove it or choose '
                     '"offset" or "shift"',
+                )
+            if self.heterogeneity == "gp-mixture":
+                raise ConfigError(
+                    "federation.heterogeneity_scale",
+                    'has no effect with heterogeneity = "gp-mixture"; set mixture_alpha instead',
+                )
+        if self.perturbation is not None:
+            if self.heterogeneity != "gp-perturbed":
+                raise ConfigError(
+                    "federation.perturbation",
+                    f'only applies to heterogeneity = "gp-perturbed", not '
+                    f"{self.heterogeneity!r}; remove it",
+                )
+            if self.perturbation not in ("point", "client"):
+                raise ConfigError(
+                    "federation.perturbation",
+                    f"unknown value {self.perturbation!r}; allowed: point, client",
+                )
+        alpha = self.mixture_alpha
+        if alpha is not None:
+            if self.heterogeneity != "gp-mixture":
+                raise ConfigError(
+                    "federation.mixture_alpha",
+                    f'only applies to heterogeneity = "gp-mixture", not '
+                    f"{self.heterogeneity!r}; remove it",
+                )
+            if not 0.0 <= alpha <= 1.0:
+                raise ConfigError(
+                    "federation.mixture_alpha", f"must be a number in [0, 1], got {alpha}"
                 )
 
 
@@ -507,7 +555,7 @@ class PrivacyConfig(Section):
     """How spent epsilon is computed: rdp, moments, opacus-rdp or opacus-prv."""
     delta: float | None = None
     """The delta at which epsilon is accounted and budgets hold; default: the algorithm's
-    ``privacy_delta``."""
+    ``privacy_delta`` if it has one, else ``1 / N^1.1`` (N clients)."""
     budget_epsilon: float | None = None
     """Each client's epsilon budget; None: releases are recorded but never refused."""
     ledger: str | None = None
@@ -528,16 +576,13 @@ class PrivacyConfig(Section):
         if self.ledger is not None and not self.ledger.strip():
             raise ConfigError("privacy.ledger", "must be a file path; leave it out for none")
 
-    def accounting_delta(self, algorithm_params: Mapping[str, Any]) -> float:
-        """``delta``, or the algorithm's ``privacy_delta`` when it is not set."""
+    def accounting_delta(self, algorithm_params: Mapping[str, Any], n_clients: int) -> float:
+        """``delta``; when it is not set, the algorithm's ``privacy_delta`` (DP-Fed-PNE) or else
+        ``1 / N^1.1`` for N clients (DP-FTS-DE's choice, spec-dpftsde §3.1)."""
         if self.delta is not None:
             return self.delta
         value = algorithm_params.get("privacy_delta")
-        if value is None:
-            raise ConfigError(
-                "privacy.delta", "set [privacy] delta (or the algorithm's privacy_delta)"
-            )
-        return float(value)
+        return float(value) if value is not None else float(n_clients) ** -1.1
 
 
 @dataclasses.dataclass(frozen=True)

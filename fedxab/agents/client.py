@@ -14,10 +14,11 @@ publish nothing for broadcasts that were already superseded when the agent start
 lie before the last one); from the latest broadcast on it answers as usual. A redelivered
 broadcast is answered from the client's reply cache, with the same report and telemetry.
 
-Private algorithms (``[privacy]``): the agent opens the configured ledger, sets each hosted
-client's budget and gives each client its gate (:mod:`fedxab.privacy.gate`). Every release a
-client records is published to the run's ``ledger`` topic (:mod:`fedxab.privacy.mirror`) before
-the report that carries it; a client that refuses a release withdraws and answers nothing more.
+Locally private algorithms (``[privacy]``, DP-Fed-PNE): the agent opens the configured ledger,
+sets each hosted client's budget and gives each client its gate (:mod:`fedxab.privacy.gate`).
+Every release a client records is published to the run's ``ledger`` topic
+(:mod:`fedxab.privacy.mirror`) before the report that carries it; a client that refuses a release
+withdraws and answers nothing more. (Under central DP, DP-FTS-DE, the server does all this.)
 
 Messages that are not a valid broadcast of this run from the server are counted in
 :attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent.
@@ -35,7 +36,7 @@ from typing import Any
 from fedxab.agents.evaluation import ClientEvaluator, GlobalValues, Telemetry
 from fedxab.agents.federation import make_family
 from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import decode_broadcast, make_federation
+from fedxab.algorithms.registry import PRIVATE, decode_broadcast, make_federation
 from fedxab.broker.base import Broker, Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.config import Config
@@ -91,9 +92,9 @@ class ClientAgent:
         self.clients = dict(zip(client_ids, clients, strict=True))
         self.run_ledger: RunLedger | None = None
         self.gates: dict[int, LedgerGate] = {}
-        if config.privacy is not None:
+        if config.privacy is not None and PRIVATE[self.algorithm] == "client":
             self.run_ledger = RunLedger.from_config(
-                config.privacy, config.algorithm_params(), run_id
+                config.privacy, config.algorithm_params(), run_id, fed.clients
             )
             for m, client in self.clients.items():
                 client.gate = self.gates[m] = self.run_ledger.gate(m)

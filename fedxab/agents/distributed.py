@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 
-
 def client_slices(n_clients: int, hosts: int) -> list[list[int]]:
     """Client ids ``0..n_clients-1`` split into ``hosts`` contiguous, nearly equal slices."""
     hosts = max(1, min(hosts, n_clients))

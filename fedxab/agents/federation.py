@@ -60,7 +60,7 @@ from fedxab.agents.local import (
     run_id_for,
 )
 from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import make_federation
+from fedxab.algorithms.registry import PRIVATE, make_federation
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError
@@ -158,6 +158,13 @@ def withdrawn_clients(server: Any) -> dict[int, Any]:
     return getattr(server, "withdrawn", {})
 
 
+def stopped_phases(server: Any) -> dict[int, int]:
+    """The clients whose releases stopped, with the phase they stopped at: withdrawn clients
+    (local DP) and clients the server left out of its releases (central DP, ``refused``)."""
+    stopped = {m: w.phase for m, w in withdrawn_clients(server).items()}
+    return stopped | dict(getattr(server, "refused", {}))
+
+
 def expected_use(n_clients: int, budget: int, withdrawn: dict[int, Any]) -> np.ndarray:
     """Evaluations each client must have made at the end: its budget T, or for a client that
     withdrew the ``used`` count its withdrawal declared."""
@@ -188,10 +195,16 @@ def federated_record(
     communication: dict[str, Any],
     privacy: dict[str, Any] | None = None,
 ) -> RunRecord:
-    """The :class:`RunRecord` of a federated run from its flushed regret sums."""
+    """The :class:`RunRecord` of a federated run from its flushed regret sums.
+
+    Besides the cumulative curves it carries the simple-regret curves of spec-dpftsde §7.1
+    (:meth:`RegretSums.simple_curves`, on the same rounds): ``global_simple_regret`` and
+    ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
+    """
     rounds = _regret.round_grid(sums.budget)
     glob = family.global_objective
     cum, local = sums.curves(rounds)
+    global_simple, local_simple = sums.simple_curves(rounds)
     simple = None
     if glob.optimum_value is not None:
         value = float(glob(recommendation[None])[0])
@@ -215,16 +228,56 @@ def federated_record(
         local_cumulative_regret=local,
         communication=communication,
         privacy=privacy,
+        global_simple_regret=global_simple,
+        local_simple_regret=local_simple,
     )
 
 
 def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
-    """The M client objectives and the global objective of ``config.federation`` for ``seed``."""
+    """The M client objectives and the global objective of ``config.federation`` for ``seed``.
+
+    The family, not ``base``, is the source of truth for the objectives of a run. With objective
+    ``"gp-grid"`` (spec-dpftsde §7.1) the GP function is drawn here from the run seed,
+    ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it), for every
+    heterogeneity: ``"gp-perturbed"`` and ``"gp-mixture"`` use
+    :func:`~fedxab.objectives.families.gp_sample_family` (``heterogeneity_scale`` = the
+    magnitude d, ``perturbation`` = "point"/"client", ``mixture_alpha`` = alpha, default 0.7);
+    ``"none"``, ``"offset"`` and ``"shift"`` start from that function (``GPGrid.for_seed``).
+    ``base`` itself (built without a seed) only fixes the domain and the GP's parameters.
+    """
+    from fedxab.objectives.families import gp_sample_family
+    from fedxab.objectives.gp import GPGrid
+
     fed = config.federation
     if fed is None:
         raise ConfigError(
             "algorithm.name", f"{config.algorithm.name!r} is not a federated algorithm"
         )
+    if fed.heterogeneity in ("gp-perturbed", "gp-mixture"):
+        if not isinstance(base, GPGrid):
+            raise ConfigError(
+                "federation.heterogeneity",
+                f"{fed.heterogeneity!r} builds GP-sample clients on a grid and needs objective "
+                f"'gp-grid', got {base.name!r}; use 'offset', 'shift' or 'none'",
+            )
+        common = {
+            "lengthscale": base.lengthscale,
+            "grid_size": base.grid_size,
+            "sample_seed": base.sample_seed,
+        }
+        if fed.heterogeneity == "gp-mixture":
+            alpha = 0.7 if fed.mixture_alpha is None else fed.mixture_alpha
+            return gp_sample_family(fed.clients, seed, alpha=alpha, **common)
+        return gp_sample_family(
+            fed.clients,
+            seed,
+            magnitude=fed.heterogeneity_scale,
+            per=fed.perturbation,
+            **common,
+        )
+    if isinstance(base, GPGrid):
+        # the family is the source of truth: the GP function of run ``seed``
+        base = base.for_seed(seed)
     if fed.heterogeneity == "offset":
         scale = 1.0 if fed.heterogeneity_scale is None else fed.heterogeneity_scale
         return value_offset_family(base, fed.clients, seed, scale)
@@ -279,9 +332,15 @@ class Federation:
         self.run_ledger: RunLedger | None = None
         if config.privacy is not None:
             run = run_id_for(config, seed)
-            self.run_ledger = RunLedger.from_config(config.privacy, config.algorithm_params(), run)
+            self.run_ledger = RunLedger.from_config(
+                config.privacy, config.algorithm_params(), run, self.n_clients
+            )
             for m, client in enumerate(self.clients):
-                client.gate = self.run_ledger.gate(m)
+                gate = self.run_ledger.gate(m)
+                if PRIVATE[config.algorithm.name] == "server":
+                    self.server.gates[m] = gate  # central DP: the trusted server releases
+                else:
+                    client.gate = gate
         self.phases: list[PhaseCommunication] = []
         glob = self.family.global_objective
         self.f_star = glob.optimum_value
@@ -407,8 +466,7 @@ class Federation:
         """The run's ``privacy`` block (private algorithms), from the ledger."""
         if self.run_ledger is None:
             return None
-        phases = {m: w.phase for m, w in self.withdrawn.items()}
-        return self.run_ledger.block(range(self.n_clients), phases)
+        return self.run_ledger.block(range(self.n_clients), stopped_phases(self.server))
 
     def communication(self) -> dict[str, Any]:
         """The run's ``communication`` block: totals and the per-phase list."""

@@ -43,16 +43,17 @@ from fedxab.agents.federation import (
     federated_record,
     make_family,
     phase_communication,
+    stopped_phases,
     withdrawn_clients,
 )
 from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import decode_report, make_federation
+from fedxab.algorithms.registry import PRIVATE, decode_report, make_federation
 from fedxab.broker.base import Broker, Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, packb, unpackb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.objectives.registry import make_objective
-from fedxab.privacy.mirror import rebuild_ledger
+from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 
@@ -109,6 +110,14 @@ class ServerAgent:
             params=config.algorithm_params(),
             client_ids=[],
         )
+        self.run_ledger: RunLedger | None = None
+        if config.privacy is not None and PRIVATE[self.algorithm] == "server":
+            # central DP: this (trusted) server releases, checks budgets and keeps the ledger
+            self.run_ledger = RunLedger.from_config(
+                config.privacy, config.algorithm_params(), run_id, self.n_clients
+            )
+            for m in range(self.n_clients):
+                self.server.gates[m] = self.run_ledger.gate(m)
         self.sums = RegretSums(
             self.n_clients,
             self.budget,
@@ -297,9 +306,7 @@ class ServerAgent:
                 await self._publish(msg)
                 last_progress = now
 
-    async def _close_phase(
-        self, msg: Any, broadcast_bytes: int, active: int, commit: Any
-    ) -> Any:
+    async def _close_phase(self, msg: Any, broadcast_bytes: int, active: int, commit: Any) -> Any:
         accepted = dict(self._accepted)
         counts = phase_communication(
             msg,
@@ -315,13 +322,37 @@ class ServerAgent:
             await commit(self._last_report)
         self.phases.append(counts)
         self._accepted = {}
+        msg = self.server.close_phase()
+        await self._mirror_ledger()
         if self.progress is not None:
             done = int(self.sums.used.min())
             self.progress(done, self.budget, self.live_regret / self.n_clients)
-        return self.server.close_phase()
+        return msg
+
+    async def _mirror_ledger(self, *, end: bool = False) -> None:
+        """Central DP: publish the releases recorded since the last call to the ledger topic,
+        for each client (and, with ``end``, each client's end marker)."""
+        if self.run_ledger is None:
+            return
+        topic = self.topics["ledger"]
+        for m, gate in self.server.gates.items():
+            for phase, event in gate.drain():
+                record = release_record(self.run_id, m, phase, event, by_server=True)
+                await self.broker.publish(topic, str(m), record)
+            if end:
+                releases = len(self.run_ledger.ledger.history(self.run_id, m))
+                record = end_record(self.run_id, m, releases, by_server=True)
+                await self.broker.publish(topic, str(m), record)
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
+        if self.run_ledger is not None:
+            budget = self.run_ledger.budget
+            for m in range(self.n_clients):
+                if budget is not None:
+                    record = budget_record(self.run_id, m, budget, by_server=True)
+                    await self.broker.publish(self.topics["ledger"], str(m), record)
+            await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             self.phase = int(msg.phase)
             self._accepted = {}
@@ -331,6 +362,7 @@ class ServerAgent:
             msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit)
         self.finished = msg
         self.phase = int(msg.phase)
+        await self._mirror_ledger(end=True)
         await self._publish(msg)
 
     async def _wait_for_telemetry(self) -> None:
@@ -405,18 +437,25 @@ class ServerAgent:
             await reports.close()
             await control.close()
         wall = time.perf_counter() - t0
+        if self.run_ledger is not None:
+            self.run_ledger.close()
         return self._record(wall, privacy)
 
     async def _privacy_block(self) -> dict[str, Any] | None:
-        """A private run's ``privacy`` block, from the ledger rebuilt from the ledger topic:
-        read until every client's end marker (published once it saw the final answer), or
-        ``telemetry_timeout_s``; a client whose marker never came is counted up to what it
-        published."""
+        """A private run's ``privacy`` block. Central DP: from the server's own ledger. Local
+        DP: from the ledger rebuilt from the ledger topic, read until every client's end marker
+        (published once it saw the final answer) or ``telemetry_timeout_s``; a client whose
+        marker never came is counted up to what it published."""
         settings = self.config.privacy
         if settings is None:
             return None
+        stopped = stopped_phases(self.server)
+        if self.run_ledger is not None:  # central DP: the server's own ledger
+            return self.run_ledger.block(range(self.n_clients), stopped)
         params = self.config.algorithm_params()
-        run_ledger = RunLedger.from_config(settings, params, self.run_id, path=":memory:")
+        run_ledger = RunLedger.from_config(
+            settings, params, self.run_id, self.n_clients, path=":memory:"
+        )
         try:
             rebuilt = await rebuild_ledger(
                 self.broker,
@@ -427,8 +466,7 @@ class ServerAgent:
                 timeout_s=self.settings.telemetry_timeout_s,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
-            phases = {m: w.phase for m, w in withdrawn_clients(self.server).items()}
-            return run_ledger.block(range(self.n_clients), phases)
+            return run_ledger.block(range(self.n_clients), stopped)
         finally:
             run_ledger.close()
 

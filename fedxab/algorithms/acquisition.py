@@ -6,6 +6,7 @@
   starting points (analytic gradients), keeping the best; on a discrete domain (the synthetic
   1000-point grid), enumeration. It serves both branches of Algo. 2: line 6 (own TS) and line 8
   (the piecewise server function).
+- :func:`fit_se_hyperparameters` refits the agent's own GP by maximum marginal likelihood (§3.8).
 - :func:`own_ts_step` is Algo. 2 line 6, "x = argmax f_t^n(x), f_t^n from the agent's own GP
   posterior", with the two samplers of spec §9.3: ``"rff"`` (default, the release's practice, §3.8:
   fresh RFF features from the agent's fitted hyperparameters, ω ~ N(ν, λΣ⁻¹) with
@@ -151,6 +152,56 @@ class SEHyperparameters:
         check_positive("lengthscale", self.lengthscale)
         check_positive("signal_variance", self.signal_variance)
         check_positive("noise_variance", self.noise_variance)
+
+
+_LOG_BOUNDS = np.log([[1e-3, 10.0], [1e-4, 10.0], [1e-6, 1.0]])
+"""Bounds of (lengthscale, signal variance, noise variance) searched by the fit (natural logs)."""
+
+
+def _negative_log_marginal_likelihood(log_params: np.ndarray, sq_dist: np.ndarray, y: np.ndarray):
+    ell, var, noise = np.exp(log_params)
+    K = var * np.exp(-0.5 * sq_dist / ell**2) + noise * np.eye(len(y))
+    try:
+        chol = cho_factor(K, lower=True)
+    except np.linalg.LinAlgError:
+        return np.inf
+    alpha = cho_solve(chol, y)
+    return 0.5 * y @ alpha + np.log(np.diag(chol[0])).sum() + 0.5 * len(y) * np.log(2 * np.pi)
+
+
+def fit_se_hyperparameters(
+    X: np.ndarray,
+    y: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    start: SEHyperparameters | None = None,
+    restarts: int = 10,
+) -> SEHyperparameters:
+    """The SE hyperparameters maximising the GP's log marginal likelihood (type-II maximum
+    likelihood, as the release's GPy ``optimize_restarts(10)``, spec §3.8): L-BFGS-B in log space
+    from ``start`` (default: the release's initial values) and ``restarts - 1`` starting points
+    drawn uniformly in the log bounds (``3 (restarts - 1)`` uniforms from ``rng``)."""
+    X = as_points(X)
+    y = np.asarray(y, dtype=float)
+    if y.shape != (X.shape[0],):
+        raise ConfigError("y", f"must have shape ({X.shape[0]},), one value per row of X")
+    start = start or SEHyperparameters()
+    sq_dist = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=-1)
+    first = np.log([start.lengthscale, start.signal_variance, start.noise_variance])
+    starts = [np.clip(first, _LOG_BOUNDS[:, 0], _LOG_BOUNDS[:, 1])]
+    starts += list(rng.uniform(_LOG_BOUNDS[:, 0], _LOG_BOUNDS[:, 1], size=(restarts - 1, 3)))
+    best, best_value = starts[0], np.inf
+    for x0 in starts:
+        res = minimize(
+            _negative_log_marginal_likelihood,
+            x0,
+            args=(sq_dist, y),
+            method="L-BFGS-B",
+            bounds=_LOG_BOUNDS,
+        )
+        if res.fun < best_value:
+            best, best_value = res.x, float(res.fun)
+    return SEHyperparameters(*(float(v) for v in np.exp(best)))
 
 
 def rff_posterior_function(

@@ -125,6 +125,7 @@ class LocalHCTServer:
     """
 
     SENDS_RAW_REWARDS = False
+    broadcast_class: type[LocalHCTBroadcast] = LocalHCTBroadcast
 
     def __init__(
         self,
@@ -145,7 +146,7 @@ class LocalHCTServer:
             raise ProtocolError("start() called twice")
         self.phase = 1
         self._inbox.open(1)
-        return LocalHCTBroadcast(1, self.budget)
+        return self.broadcast_class(1, self.budget)
 
     def receive(self, client: int, report: LocalHCTReport) -> bool:
         """Record a client's report; ``False`` if it is a duplicate."""

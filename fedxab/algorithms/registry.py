@@ -35,6 +35,13 @@ from fedxab.algorithms.baselines import (
 from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
 from fedxab.algorithms.fed1ucb import Fed1UCBBroadcast, Fed1UCBClient, Fed1UCBReport, Fed1UCBServer
 from fedxab.algorithms.fedpne import FedPNEBroadcast, FedPNEClient, FedPNEReport, FedPNEServer
+from fedxab.algorithms.ftsde import (
+    DPFTSDEServer,
+    FTSBroadcast,
+    FTSDEClient,
+    FTSDEServer,
+    FTSReport,
+)
 from fedxab.algorithms.hct import HCT
 from fedxab.algorithms.parallel import (
     ParallelBroadcast,
@@ -45,6 +52,7 @@ from fedxab.algorithms.parallel import (
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
 from fedxab.algorithms.protocol import Finished, Withdrawal
+from fedxab.algorithms.ts import TSBroadcast, TSClient, TSReport, TSServer
 from fedxab.errors import ConfigError, ProtocolError
 
 __all__ = [
@@ -71,12 +79,16 @@ FEDERATED: dict[str, tuple[type, type]] = {
     "fed1ucb": (Fed1UCBServer, Fed1UCBClient),
     "local-hct": (LocalHCTServer, LocalHCTClient),
     "central-hct": (CentralHCTServer, CentralHCTClient),
+    "ftsde": (FTSDEServer, FTSDEClient),
+    "dpftsde": (DPFTSDEServer, FTSDEClient),
+    "ts": (TSServer, TSClient),
 }
 """Federated algorithms: name -> (server class, client class)."""
 
-PRIVATE = frozenset({"dpfedpne"})
-"""Federated algorithms whose clients release privacy events (they take a ``[privacy]`` section
-and a :class:`~fedxab.privacy.gate.ReleaseGate`)."""
+PRIVATE = {"dpfedpne": "client", "dpftsde": "server"}
+"""Federated algorithms that release privacy events (they take a ``[privacy]`` section), and who
+releases: each client (local DP: every client gets a :class:`~fedxab.privacy.gate.ReleaseGate`)
+or the trusted server (central DP: the server gets one gate per client, ``server.gates``)."""
 
 WIRE_TYPES: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),
@@ -86,6 +98,9 @@ WIRE_TYPES: dict[str, tuple[type, type]] = {
     "fed1ucb": (Fed1UCBBroadcast, Fed1UCBReport),
     "local-hct": (LocalHCTBroadcast, LocalHCTReport),
     "central-hct": (CentralHCTBroadcast, CentralHCTReport),
+    "ftsde": (FTSBroadcast, FTSReport),
+    "dpftsde": (FTSBroadcast, FTSReport),
+    "ts": (TSBroadcast, TSReport),
 }
 """Federated algorithms: name -> (broadcast class, report class), to decode received payloads."""
 
@@ -96,12 +111,16 @@ _FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition")
 
 
 def _keyword_parameters(cls: type, exclude: Iterable[str]) -> list[str]:
+    """The keyword parameters of ``cls``'s constructor; a ``**settings`` catch-all passed on to
+    the base class adds the base class's parameters (e.g. DP-FTS-DE's server)."""
     skip = set(exclude)
-    return [
-        p.name
-        for p in inspect.signature(cls).parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip
-    ]
+    names = []
+    for p in inspect.signature(cls).parameters.values():
+        if p.kind == p.VAR_KEYWORD:
+            names += [n for n in _keyword_parameters(cls.__mro__[1], skip) if n not in names]
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip:
+            names.append(p.name)
+    return names
 
 
 def _all_names() -> str:

@@ -64,9 +64,7 @@ class PrivacyEvent:
             raise ProtocolError(f"a privacy event must be a map, got {type(data).__name__}")
         try:
             mechanism, scope = data["mechanism"], data["scope"]
-            numbers = [
-                float(data[k]) for k in ("noise_multiplier", "sampling_rate", "sensitivity")
-            ]
+            numbers = [float(data[k]) for k in ("noise_multiplier", "sampling_rate", "sensitivity")]
             count = data["count"]
         except KeyError as exc:
             raise ProtocolError(f"privacy event: missing field {exc}") from exc

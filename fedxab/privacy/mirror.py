@@ -11,9 +11,11 @@ One record = one :class:`~fedxab.broker.codec.Envelope` of kind ``"ledger"`` who
 ``{"entry": "release", "phase", "release", "event": {...}}``,
 ``{"entry": "budget", "epsilon", "delta"}`` or, once the client has seen the run's end,
 ``{"entry": "end", "releases"}``; the client is the envelope's sender (and the record key, so one
-client's records keep their order). The end marker makes a client's mirror checkably complete
-without trusting a broker's end offsets (the dev broker's can lag behind its last record): a
-reader that has a client's end marker has every release that client published before it.
+client's records keep their order). Under central DP the server releases and records for every
+client: its records are sent as ``"server"`` and name the client in the payload (``"client"``).
+The end marker makes a client's mirror checkably complete without trusting a broker's end offsets
+(the dev broker's can lag behind its last record): a reader that has a client's end marker has
+every release published for that client before it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedxab.broker.base import Broker, Record
-from fedxab.broker.codec import Envelope, client_sender, packb
+from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.ledger import Budget, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
@@ -43,35 +45,50 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _record(run_id: str, client: int, phase: int, msg_id: str, body: dict[str, Any]) -> bytes:
+def _record(
+    run_id: str,
+    client: int,
+    phase: int,
+    msg_id: str,
+    body: dict[str, Any],
+    by_server: bool,
+) -> bytes:
+    if by_server:
+        body = {**body, "client": client}
     return Envelope(
         run_id=run_id,
         kind="ledger",
         phase=phase,
-        sender=client_sender(client),
-        msg_id=msg_id,
+        sender=SERVER if by_server else client_sender(client),
+        msg_id=f"{msg_id}:{client}" if by_server else msg_id,
         payload=packb(body),
         sent_at=time.time(),
     ).encode()
 
 
 def release_record(
-    run_id: str, client: int, phase: int, event: PrivacyEvent, release: int = 0
+    run_id: str,
+    client: int,
+    phase: int,
+    event: PrivacyEvent,
+    release: int = 0,
+    *,
+    by_server: bool = False,
 ) -> bytes:
-    """The ledger-topic record of one recorded release."""
+    """The ledger-topic record of one recorded release (``by_server``: central DP)."""
     body = {"entry": "release", "phase": phase, "release": release, "event": event.to_wire()}
-    return _record(run_id, client, phase, f"release:{phase}:{release}", body)
+    return _record(run_id, client, phase, f"release:{phase}:{release}", body, by_server)
 
 
-def budget_record(run_id: str, client: int, budget: Budget) -> bytes:
+def budget_record(run_id: str, client: int, budget: Budget, *, by_server: bool = False) -> bytes:
     """The ledger-topic record of a client's budget."""
     body = {"entry": "budget", "epsilon": budget.epsilon, "delta": budget.delta}
-    return _record(run_id, client, 0, "budget", body)
+    return _record(run_id, client, 0, "budget", body, by_server)
 
 
-def end_record(run_id: str, client: int, releases: int) -> bytes:
-    """The ledger-topic record saying the client published all its ``releases`` releases."""
-    return _record(run_id, client, 0, "end", {"entry": "end", "releases": releases})
+def end_record(run_id: str, client: int, releases: int, *, by_server: bool = False) -> bytes:
+    """The ledger-topic record saying all the client's ``releases`` releases are published."""
+    return _record(run_id, client, 0, "end", {"entry": "end", "releases": releases}, by_server)
 
 
 async def read_to_end(broker: Broker, topic: str) -> list[Record]:
@@ -105,26 +122,33 @@ def apply_record(ledger: PrivacyLedger, run_id: str, record: Record) -> int | No
     """Apply one ledger-topic record; the client id if it is an end marker, else None.
     ProtocolError if it is not a valid record for ``run_id``."""
     env = Envelope.decode(record.value)
-    if env.run_id != run_id or env.kind != "ledger" or env.client_id is None:
+    if env.run_id != run_id or env.kind != "ledger":
         raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
     body = env.body()
     if not isinstance(body, Mapping):
         raise ProtocolError("a ledger entry must be a map")
+    client = env.client_id
+    if env.sender == SERVER:  # central DP: the server records for the client it names
+        client = body.get("client")
+        if type(client) is not int or client < 0:
+            raise ProtocolError(f"a server's ledger entry must name a client, got {client!r}")
+    if client is None:
+        raise ProtocolError(f"ledger entry from {env.sender!r}")
     entry = body.get("entry")
     if entry == "release":
         event = PrivacyEvent.from_wire(body.get("event"))
         phase, release = body.get("phase"), body.get("release")
         if type(phase) is not int or type(release) is not int or phase != env.phase:
             raise ProtocolError(f"bad phase/release {phase!r}/{release!r}")
-        ledger.record(run_id, env.client_id, phase, event, release)
+        ledger.record(run_id, client, phase, event, release)
     elif entry == "budget":
         try:
             budget = Budget(float(body["epsilon"]), float(body["delta"]))
         except (KeyError, TypeError, ValueError, FedxabError) as exc:
             raise ProtocolError(f"bad budget entry: {exc}") from exc
-        ledger.set_budget(run_id, env.client_id, budget)
+        ledger.set_budget(run_id, client, budget)
     elif entry == "end":
-        return env.client_id
+        return client
     else:
         raise ProtocolError(f"unknown ledger entry {entry!r}")
     return None

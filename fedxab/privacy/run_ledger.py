@@ -41,6 +41,7 @@ class RunLedger:
         settings: Any,
         algorithm_params: Mapping[str, Any],
         run: str,
+        n_clients: int,
         *,
         path: str | None = None,
     ) -> RunLedger:
@@ -51,7 +52,7 @@ class RunLedger:
         return cls(
             ledger,
             run,
-            delta=settings.accounting_delta(algorithm_params),
+            delta=settings.accounting_delta(algorithm_params, n_clients),
             budget_epsilon=settings.budget_epsilon,
         )
 

@@ -14,9 +14,22 @@ from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import FEDERATED
 from fedxab.config import config_from_dict
 
+_CHEAP_TS = {
+    "grid_size": 50,
+    "own_fit_every": 0,
+    "own_lengthscale": 0.05,
+    "own_signal_variance": 1.0,
+    "own_noise_variance": 0.01,
+    "own_features": 16,
+}
+_CHEAP_FTS = {**_CHEAP_TS, "n_features": 8, "lengthscale": 0.05, "noise_variance": 0.01}
 PARAMS = {
     "dpfedpne": {"epsilon": 0.5, "privacy_delta": 1e-3},
+    "ftsde": {**_CHEAP_FTS, "regions": 2},
+    "dpftsde": {**_CHEAP_FTS, "regions": 2, "q": 0.5},
+    "ts": _CHEAP_TS,
 }
+BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80}  # one evaluation per round: keep them short
 LANDMINE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"
 
 
@@ -33,9 +46,10 @@ def _config(name, budget=600, clients=4, objective="garland", heterogeneity="off
 
 @pytest.mark.parametrize("name", sorted(FEDERATED))
 def test_runs_to_the_budget_and_is_reproducible(name):
-    first = Federation(_config(name), seed=0).run()
-    again = Federation(_config(name), seed=0).run()
-    assert first.evaluations == 4 * 600
+    budget = BUDGETS.get(name, 600)
+    first = Federation(_config(name, budget), seed=0).run()
+    again = Federation(_config(name, budget), seed=0).run()
+    assert first.evaluations == 4 * budget
     assert np.array_equal(first.cumulative_regret, again.cumulative_regret)
     assert np.array_equal(first.recommendation, again.recommendation)
     assert np.all(np.diff(first.cumulative_regret) >= -1e-12)

@@ -23,6 +23,8 @@ ALGORITHMS = {
     "parallel": {},
     "fed1ucb": {},
     "local-hct": {},
+    "ftsde": {"grid_size": 50, "own_fit_every": 0, "n_features": 8, "own_features": 16},
+    "ts": {"grid_size": 50, "own_fit_every": 0, "own_features": 16},
 }
 
 

@@ -1,0 +1,132 @@
+"""DP-FTS-DE wall time: the paper's synthetic run, in-process and on the embedded MemoryBroker.
+
+The setting of spec-dpftsde §6 / §7.1: N = 200 agents on the 1000-point grid (a GP sample with
+per-point perturbations ``±0.02``), T = 40 BO iterations after 10 initial points, M = 100 shared
+random features (the issue's size; the paper's synthetic runs use M = 50), P = 2 sub-regions,
+q = 0.25, z = 1, S = 11, ``1 - p_t = 1/sqrt(t)``, the synthetic weight schedule, the agents' own
+GP with fixed hyperparameters (lengthscale 0.03, variance 1, noise 0.01). One seed, median
+[min-max] of ``--repeats`` runs (default 3) after a warm-up, both transports measured side by
+side in this one run; the results of the two transports must be identical.
+
+Target (issue "DP-FTS-DE"): a full synthetic run under 30 s in-process.
+Run: ``.venv/bin/python benchmarks/bench_fts.py [--markdown] [--repeats N] [--agents N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_federation import env_line, environment, md_table
+
+SEED = 0
+TARGET_S = 30.0
+
+
+def synthetic_config(agents: int, features: int = 100) -> Any:
+    from fedxab.config import config_from_dict
+
+    return config_from_dict(
+        {
+            "run": {"budget": 50, "seed": SEED},
+            "objective": {"name": "gp-grid", "noise": {"name": "gaussian", "sigma": 0.1}},
+            "algorithm": {
+                "name": "dpftsde",
+                "n_features": features,
+                "lengthscale": 0.03,
+                "noise_variance": 0.01,
+                "grid_size": 1000,
+                "regions": 2,
+                "weights": "synthetic",
+                "p_schedule": "1/sqrt(t)",
+                "q": 0.25,
+                "z": 1.0,
+                "clip": 11.0,
+                "own_fit_every": 0,
+                "own_lengthscale": 0.03,
+                "own_signal_variance": 1.0,
+                "own_noise_variance": 0.01,
+            },
+            "federation": {"clients": agents, "heterogeneity": "gp-perturbed"},
+            "privacy": {"accountant": "moments"},
+        }
+    )
+
+
+def _without_time(record: Any) -> dict[str, Any]:
+    d = record.to_dict()
+    d.pop("wall_time_s")
+    return d
+
+
+def _in_process(config: Any) -> Any:
+    from fedxab.agents.federation import Federation
+
+    return Federation(config, SEED).run()
+
+
+def _memory(config: Any) -> Any:
+    from fedxab.agents.distributed import run_on_broker
+    from fedxab.broker.memory import MemoryBroker
+
+    return asyncio.run(run_on_broker(config, SEED, MemoryBroker()))
+
+
+def _timed(run: Any, config: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    record = run(config)
+    return time.perf_counter() - t0, record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--agents", type=int, default=200)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    config = synthetic_config(args.agents)
+    rounds = config.run.budget - 10 + 1  # the initialisation round and T BO iterations
+    _in_process(synthetic_config(4))  # warm-up: imports, the GP factor of the grid
+    times: dict[str, list[float]] = {"in-process": [], "MemoryBroker": []}
+    records: dict[str, Any] = {}
+    for _ in range(args.repeats):
+        for name, run in (("in-process", _in_process), ("MemoryBroker", _memory)):
+            seconds, records[name] = _timed(run, config)
+            times[name].append(seconds)
+    same = _without_time(records["in-process"]) == _without_time(records["MemoryBroker"])
+    baseline = statistics.median(times["in-process"])
+    rows = []
+    for name, values in times.items():
+        median = statistics.median(values)
+        met = "yes" if median < TARGET_S else "no"
+        rows.append(
+            [
+                name,
+                f"{args.agents:,}",
+                str(rounds),
+                f"{median:.2f} [{min(values):.2f}-{max(values):.2f}]",
+                f"{1000 * median / rounds:.0f}",
+                f"{median / baseline:.2f}x",
+                f"< {TARGET_S:.0f} s: {met}" if name == "in-process" else "-",
+            ]
+        )
+    headers = ["transport", "agents N", "rounds", "run (s)", "per round (ms)", "vs in-process",
+               "target"]  # fmt: skip
+    privacy = records["in-process"].privacy
+    print(md_table(headers, rows) if args.markdown else "\n".join(" | ".join(r) for r in rows))
+    print(
+        f"\nresults identical on both transports: {'yes' if same else 'NO'}; max epsilon "
+        f"{privacy['max_epsilon']:.2f} (moments accountant, delta {privacy['delta']:.3g}); "
+        f"median of {args.repeats} runs; {env_line(environment())}"
+    )
+
+
+if __name__ == "__main__":
+    main()
