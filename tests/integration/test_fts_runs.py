@@ -4,15 +4,21 @@ by the trusted server, and every transport gives the same results."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from fedxab.agents.distributed import run_on_broker
+from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
+from fedxab.broker.base import run_topics
+from fedxab.broker.kafka import KafkaBroker
 from fedxab.broker.memory import MemoryBroker
-from fedxab.config import config_from_dict
+from fedxab.config import config_from_dict, load_config
+from fedxab.privacy.ledger import PrivacyLedger
+from fedxab.privacy.mirror import rebuild_ledger
 
 SEED = 1
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CHEAP = {
     "n_features": 8,
     "lengthscale": 0.05,
@@ -133,3 +139,47 @@ def test_standard_ts_runs_alone_with_one_broadcast_and_one_report_per_agent():
     assert record.communication["rounds"] == 1
     assert record.communication["messages_up"] == 3
     assert all(c.branches == ["own"] * 15 for c in federation.clients)
+
+
+def test_dp_fts_de_on_kafka_gives_the_in_process_results_and_ledger_topic(dev_broker):
+    config = _config(rounds=8, algorithm={"q": 0.5}, privacy={"budget_epsilon": 50.0})
+
+    async def main():
+        async with KafkaBroker(dev_broker.address) as broker:
+            record = await asyncio.wait_for(run_on_broker(config, SEED, broker, hosts=2), 60)
+            ledger = PrivacyLedger(":memory:")
+            run = run_id_for(config, SEED)
+            topic = run_topics("fedxab", run)["ledger"]
+            rebuilt = await rebuild_ledger(broker, topic, run, ledger, expect={0, 1, 2})
+            return record, ledger, rebuilt, run
+
+    record, ledger, rebuilt, run = asyncio.run(main())
+    expected = Federation(config, SEED).run()
+    got, want = record.to_dict(), expected.to_dict()
+    got.pop("wall_time_s")
+    want.pop("wall_time_s")
+    assert got == want
+    # the server mirrored its central-DP ledger: the rebuilt copy gives the same epsilon
+    assert rebuilt.ended == {0, 1, 2} and rebuilt.skipped == 0
+    assert [len(ledger.events(run, m)) for m in range(3)] == expected.privacy["releases"]
+    assert ledger.budget(run, 0).epsilon == 50.0
+
+
+@pytest.mark.parametrize("name", ["dpftsde_synthetic.toml", "dpftsde_landmine.toml"])
+def test_the_example_configs_run_a_shortened_job(name, tmp_path, monkeypatch):
+    """The examples as a user runs them, with fewer agents and rounds (the full synthetic one is
+    the benchmark; the landmine one needs the data and scikit-learn)."""
+    if "landmine" in name:
+        pytest.importorskip("sklearn")
+        data = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"
+        if not (data / "LandmineData.mat").exists():
+            pytest.skip("landmine data not found next to the repository (../shared/data)")
+        monkeypatch.setenv("FEDXAB_LANDMINE", str(data))
+    data = load_config(EXAMPLES / name).to_dict()
+    data["run"].update(budget=13, output=str(tmp_path))
+    data["federation"]["clients"] = 4
+    data["algorithm"].update(n_restarts=1, n_candidates=50, own_fit_restarts=2)
+    data["privacy"].pop("ledger", None)
+    record = Federation(config_from_dict(data), 0).run()
+    assert record.privacy["releases"] == [3] * 4
+    assert record.evaluations == 4 * 13
