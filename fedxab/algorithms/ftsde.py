@@ -38,6 +38,7 @@ is left out of this and every later aggregate (it keeps optimising on its own) a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -248,9 +249,14 @@ def _grid_features(settings: FTSSettings) -> tuple[np.ndarray, np.ndarray, np.nd
     return arrays
 
 
-def _settings(domain: Any, **kw: Any) -> tuple[np.ndarray, FTSSettings]:
+_SHARED = tuple(f.name for f in dataclasses.fields(FTSSettings) if f.name != "dim")
+
+
+def _settings(domain: Any, arguments: Mapping[str, Any]) -> tuple[np.ndarray, FTSSettings]:
+    """The domain box and the :class:`FTSSettings` made of the constructor ``arguments`` that
+    are settings: the server and every agent build them from the same configuration."""
     box = as_domain(domain)
-    return box, FTSSettings(dim=box.shape[0], **kw)
+    return box, FTSSettings(dim=box.shape[0], **{k: arguments[k] for k in _SHARED})
 
 
 # ------------------------------------------------------------------------------------- server
@@ -276,23 +282,8 @@ class FTSDEServer:
         grid_size: int | None = None,
         seed: int = 0,
     ) -> None:
-        self.domain, self.settings = _settings(
-            domain,
-            n_clients=check_positive_int("federation.clients", n_clients),
-            budget=check_positive_int("run.budget", budget),
-            n_init=n_init,
-            n_features=n_features,
-            lengthscale=lengthscale,
-            signal_variance=signal_variance,
-            noise_variance=noise_variance,
-            normalize_features=normalize_features,
-            regions=regions,
-            weights=weights,
-            a=a,
-            init_region=init_region,
-            grid_size=grid_size,
-            seed=seed,
-        )
+        check_positive_int("federation.clients", n_clients)
+        self.domain, self.settings = _settings(domain, locals())
         self.n_clients = n_clients
         self.seed = seed
         self.features = self.settings.features()
@@ -494,23 +485,7 @@ class FTSDEClient:
         if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
             raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
         self.client_id = client_id
-        self.domain, self.settings = _settings(
-            domain,
-            n_clients=n_clients,
-            budget=budget,
-            n_init=n_init,
-            n_features=n_features,
-            lengthscale=lengthscale,
-            signal_variance=signal_variance,
-            noise_variance=noise_variance,
-            normalize_features=normalize_features,
-            regions=regions,
-            weights=weights,
-            a=a,
-            init_region=init_region,
-            grid_size=grid_size,
-            seed=seed,
-        )
+        self.domain, self.settings = _settings(domain, locals())
         self.p_schedule = check_choice("algorithm.p_schedule", p_schedule, P_SCHEDULES)
         if not 0 <= p_min <= 1:
             raise ConfigError("algorithm.p_min", f"must lie in [0, 1], got {p_min}")
