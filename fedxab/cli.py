@@ -6,8 +6,14 @@ through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.f
 (chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
 curves.
 
-Every :class:`~fedxab.errors.FedxabError` (bad config, bad results file, ...) is printed as a
-single red line ``error: <message>`` and the command exits with status 2; no traceback.
+``--metrics-port PORT`` (on ``run``, ``server`` and ``client``) serves Prometheus metrics of the
+job at ``http://127.0.0.1:PORT/metrics`` while it runs (:mod:`fedxab.monitoring`; ``0`` picks a
+free port, printed; ``--metrics-host`` another interface) and ``--serve-after SECONDS`` keeps
+serving them after the end, until Ctrl-C.
+
+Every :class:`~fedxab.errors.FedxabError` (bad config, bad results file, a metrics port in use,
+...) is printed as a single red line ``error: <message>`` and the command exits with status 2;
+no traceback.
 Only this module prints; library code logs through :mod:`logging`.
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -62,6 +69,36 @@ BudgetOption = Annotated[
 ]
 
 
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics while the job runs "
+        "(0: a free port, printed).",
+        show_default=False,
+    ),
+]
+MetricsHostOption = Annotated[
+    str,
+    typer.Option(
+        "--metrics-host",
+        help="Interface of --metrics-port (0.0.0.0: every interface, e.g. in a container).",
+    ),
+]
+ServeAfterOption = Annotated[
+    float | None,
+    typer.Option(
+        "--serve-after",
+        min=0,
+        help="With --metrics-port: keep serving the metrics SECONDS after the job ends "
+        "(inf: until Ctrl-C).",
+        show_default=False,
+    ),
+]
+
+
 class MetricChoice(enum.StrEnum):
     cumulative_regret = "cumulative_regret"
     average_regret = "average_regret"
@@ -83,6 +120,69 @@ def _errors_as_exit_code() -> Iterator[None]:
     except KeyboardInterrupt:
         _console(stderr=True).print(Text("error: interrupted", style="bold red"))
         raise typer.Exit(130) from None
+
+
+@contextlib.contextmanager
+def _metrics(
+    console: Console, role: str, port: int | None, host: str, serve_after: float | None
+) -> Iterator:
+    """The job's :class:`~fedxab.monitoring.metrics.FederationMetrics` served on ``host:port``
+    (None without ``--metrics-port``); after the body ends normally, ``serve_after`` seconds
+    more of serving (Ctrl-C or SIGTERM ends them early, not as an error)."""
+    if port is None:
+        if serve_after is not None:
+            raise FedxabError("--serve-after needs --metrics-port (the metrics to keep serving)")
+        yield None
+        return
+    from fedxab.monitoring.endpoint import MetricsEndpoint
+    from fedxab.monitoring.metrics import FederationMetrics
+
+    metrics = FederationMetrics(role=role)
+    endpoint = MetricsEndpoint(metrics.registry, host=host, port=port)
+    console.print(f"metrics: {endpoint.url}", soft_wrap=True, markup=False)
+    try:
+        yield metrics
+        if serve_after:
+            import threading
+
+            until = "until Ctrl-C" if math.isinf(serve_after) else f"for {serve_after:g} s"
+            console.print(
+                f"serving metrics on {endpoint.url} {until} (Ctrl-C stops)",
+                soft_wrap=True,
+                markup=False,
+            )
+            timeout = None if math.isinf(serve_after) else serve_after
+            with contextlib.suppress(KeyboardInterrupt):
+                _interruptible(lambda: threading.Event().wait(timeout))
+    finally:
+        endpoint.close()
+
+
+def _single_agent_callbacks(metrics, cfg, on_run_start, on_progress):
+    """Single-agent runs (no runner takes metrics): the metrics fed from the progress
+    callbacks, the run's regret and round as the progress bar shows them."""
+    if metrics is None:
+        return on_run_start, on_progress
+    from fedxab.agents.local import run_id_for
+
+    def start(index: int, total: int, run_seed: int) -> None:
+        if index > 0:
+            metrics.end_run()
+        metrics.start_run(
+            run_id=run_id_for(cfg, run_seed),
+            algorithm=cfg.algorithm.name,
+            objective=cfg.objective.name,
+            transport="inprocess",
+            clients=1,
+            budget=cfg.run.budget,
+        )
+        on_run_start(index, total, run_seed)
+
+    def progress(done: int, total: int, cum: float) -> None:
+        metrics.on_regret(t=done, cumulative=cum)
+        on_progress(done, total, cum)
+
+    return start, progress
 
 
 def _version_callback(value: bool) -> None:
@@ -270,6 +370,9 @@ def run(
     hosts: Annotated[
         int, typer.Option(min=1, help="Federated runs on a broker: client agents to start.")
     ] = 1,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    serve_after: ServeAfterOption = None,
 ) -> None:
     """Run a job and write DIR/results.json (federated jobs: every agent in this process)."""
     from fedxab.agents.distributed import run_on_broker_config
@@ -300,28 +403,37 @@ def run(
         progress = _progress(console, quiet, "evals" if fed is None else "rounds")
         on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
 
-        with progress:
-            if fed is None:
-                results = run_config(cfg, on_progress, on_run_start=on_run_start)
-            elif make_broker(cfg.broker.url, cfg.broker) is None:  # inprocess://
-                results = run_federated_config(cfg, on_progress, on_run_start=on_run_start)
-            else:
-                results = _interruptible(
-                    lambda: run_on_broker_config(
-                        cfg,
-                        lambda: make_broker(cfg.broker.url, cfg.broker),
-                        on_progress,
-                        on_run_start=on_run_start,
-                        hosts=hosts,
+        with _metrics(console, "federation", metrics_port, metrics_host, serve_after) as metrics:
+            with progress:
+                if fed is None:
+                    on_run_start, on_progress = _single_agent_callbacks(
+                        metrics, cfg, on_run_start, on_progress
                     )
-                )
-        path = write_results(results, cfg.output_dir)
-        if not quiet:
-            console.print(_summary_table(results))
-            for table in (_communication_table(results), _privacy_table(results)):
-                if table is not None:
-                    console.print(table)
-        console.print(f"results: {path}", soft_wrap=True, markup=False)
+                    results = run_config(cfg, on_progress, on_run_start=on_run_start)
+                    if metrics is not None:
+                        metrics.end_run(results.runs[-1])
+                elif make_broker(cfg.broker.url, cfg.broker) is None:  # inprocess://
+                    results = run_federated_config(
+                        cfg, on_progress, on_run_start=on_run_start, metrics=metrics
+                    )
+                else:
+                    results = _interruptible(
+                        lambda: run_on_broker_config(
+                            cfg,
+                            lambda: make_broker(cfg.broker.url, cfg.broker),
+                            on_progress,
+                            on_run_start=on_run_start,
+                            hosts=hosts,
+                            metrics=metrics,
+                        )
+                    )
+            path = write_results(results, cfg.output_dir)
+            if not quiet:
+                console.print(_summary_table(results))
+                for table in (_communication_table(results), _privacy_table(results)):
+                    if table is not None:
+                        console.print(table)
+            console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
 def _load(
@@ -440,6 +552,9 @@ def server(
         typer.Option("--output", "-o", help="Override run.output.", show_default=False),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    serve_after: ServeAfterOption = None,
 ) -> None:
     """Run the server of a federated job on a broker (clients run `fedxab client`)."""
     from fedxab.agents.distributed import serve
@@ -459,23 +574,26 @@ def server(
         progress = _progress(console, quiet, "rounds")
         on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
 
-        async def service():
-            async with transport:
-                return await serve(
-                    cfg,
-                    transport,
-                    checkpoint_dir=checkpoint,
-                    progress=on_progress,
-                    on_run_start=on_run_start,
-                )
+        with _metrics(console, "server", metrics_port, metrics_host, serve_after) as metrics:
 
-        with progress:
-            results = _serve(service)
-        path = write_results(results, cfg.output_dir)
-        if not quiet:
-            console.print(_summary_table(results))
-            console.print(_communication_table(results))
-        console.print(f"results: {path}", soft_wrap=True, markup=False)
+            async def service():
+                async with transport:
+                    return await serve(
+                        cfg,
+                        transport,
+                        checkpoint_dir=checkpoint,
+                        progress=on_progress,
+                        on_run_start=on_run_start,
+                        metrics=metrics,
+                    )
+
+            with progress:
+                results = _serve(service)
+            path = write_results(results, cfg.output_dir)
+            if not quiet:
+                console.print(_summary_table(results))
+                console.print(_communication_table(results))
+            console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -491,8 +609,12 @@ def client(
     seed: SeedOption = None,
     repeats: RepeatsOption = None,
     budget: BudgetOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    serve_after: ServeAfterOption = None,
 ) -> None:
-    """Host clients of a federated job on a broker until the server's final answer."""
+    """Host clients of a federated job on a broker until the server's final answer (with
+    --metrics-port, their own metrics: their regret and epsilon only)."""
     from fedxab.agents.distributed import host_clients
 
     with _errors_as_exit_code():
@@ -501,17 +623,20 @@ def client(
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         ids = _parse_client_ids(client_id, cfg.federation.clients)
         transport = _shared_broker(cfg, "client")
+        console = _console()
 
-        async def service():
-            async with transport:
-                return await host_clients(cfg, transport, ids)
+        with _metrics(console, "client", metrics_port, metrics_host, serve_after) as metrics:
 
-        runs = _serve(service)
-        _console().print(
-            f"clients {client_id}: {runs} run(s) finished on {cfg.broker.url}",
-            soft_wrap=True,
-            markup=False,
-        )
+            async def service():
+                async with transport:
+                    return await host_clients(cfg, transport, ids, metrics=metrics)
+
+            runs = _serve(service)
+            console.print(
+                f"clients {client_id}: {runs} run(s) finished on {cfg.broker.url}",
+                soft_wrap=True,
+                markup=False,
+            )
 
 
 @app.command("broker")

@@ -22,6 +22,13 @@ withdraws and answers nothing more. (Under central DP, DP-FTS-DE, the server doe
 
 Messages that are not a valid broadcast of this run from the server are counted in
 :attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent.
+
+With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`, role ``client``) the
+agent exports its own view, its hosted clients only: the phases it answered, the messages and
+bytes it sent and received, its clients' evaluations, regret (averaged over its clients) and
+epsilon (local DP, from its ledger). With ``metrics_privacy_only`` (``fedxab run``, where a server
+agent in the same process exports the whole federation into the same metrics) it adds only its
+clients' epsilon during the run, which the server learns only at the end.
 """
 
 from __future__ import annotations
@@ -31,10 +38,17 @@ import logging
 import time
 from collections import Counter
 from concurrent.futures import Executor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from fedxab.agents.evaluation import ClientEvaluator, GlobalValues, Telemetry
-from fedxab.agents.federation import make_family
+from fedxab.agents.federation import (
+    ledger_epsilons,
+    make_family,
+    phase_communication,
+    start_metrics,
+)
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import PRIVATE, decode_broadcast, make_federation
 from fedxab.broker.base import Broker, Record, run_topics
@@ -46,6 +60,9 @@ from fedxab.objectives.registry import make_objective
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.privacy.run_ledger import RunLedger
+
+if TYPE_CHECKING:
+    from fedxab.monitoring.metrics import FederationMetrics
 
 __all__ = ["ClientAgent"]
 
@@ -65,21 +82,26 @@ class ClientAgent:
         client_ids: list[int],
         namespace: str = "fedxab",
         executor: Executor | None = None,
+        metrics: FederationMetrics | None = None,
+        metrics_privacy_only: bool = False,
     ) -> None:
         fed = config.federation
         if fed is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
         if not client_ids:
             raise ConfigError("client_ids", "an agent must host at least one client")
+        self.config = config
         self.broker = broker
         self.run_id = run_id
         self.topics = run_topics(namespace, run_id)
+        self.metrics = metrics
+        self.metrics_privacy_only = metrics_privacy_only
         self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
         self.algorithm = config.algorithm.name
         objective = make_objective(config.objective.name, **dict(config.objective.params))
         noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
-        family = make_family(objective, config, seed)
+        family = self.family = make_family(objective, config, seed)
         _, clients = make_federation(
             self.algorithm,
             objective.domain,
@@ -111,6 +133,14 @@ class ClientAgent:
         self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
         self.finished: Finished | None = None
+        # the metrics' view of the hosted clients (kept only with metrics)
+        self._broadcast_bytes = 0
+        self._regret = np.zeros(2)  # sums of the global and local regret terms
+        self._best = np.full((2, len(client_ids)), np.inf)  # best global, local term per client
+        self._slot = {m: k for k, m in enumerate(client_ids)}
+        self._evaluations = 0
+        self._last_privacy = time.monotonic()
+        self._opened = time.perf_counter()
 
     # ----------------------------------------------------------------------------- messages
     def _envelope(self, kind: str, m: int, phase: int, msg_id: str, payload: bytes) -> bytes:
@@ -135,6 +165,7 @@ class ClientAgent:
             msg = decode_broadcast(self.algorithm, env.body())
             if int(msg.phase) != env.phase:
                 raise ProtocolError(f"payload phase {msg.phase} != envelope phase {env.phase}")
+            self._broadcast_bytes = len(env.payload)
         except (ProtocolError, FedxabError) as exc:
             return self._invalid(str(exc))
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
@@ -143,6 +174,8 @@ class ClientAgent:
 
     def _invalid(self, reason: str) -> None:
         self.counts["broadcast_invalid"] += 1
+        if self.metrics is not None and not self.metrics_privacy_only:
+            self.metrics.broadcasts_invalid.inc()
         log.warning("run %s: invalid broadcast: %s", self.run_id, reason)
         return None
 
@@ -164,10 +197,61 @@ class ClientAgent:
             last = self._last_telemetry.get(m)
             if telemetry.count == 0 and last is not None and last.phase == phase:
                 telemetry = last  # a redelivered broadcast: send the same telemetry again
+            elif self.metrics is not None and not self.metrics_privacy_only:
+                self._observe_telemetry(telemetry)
             self._last_telemetry[m] = telemetry
             self._unsent.setdefault(m, []).append(telemetry)
             out.append((m, report))
         return out
+
+    def _observe_telemetry(self, telemetry: Telemetry) -> None:
+        """Add one client's new pulls to the agent's regret view (in the executor thread)."""
+        self._evaluations += telemetry.count
+        if telemetry.count == 0:
+            return
+        k = self._slot[telemetry.client]
+        for row, terms in enumerate((telemetry.global_terms, telemetry.local_terms)):
+            if terms is not None:
+                self._regret[row] += float(terms.sum())
+                self._best[row, k] = min(self._best[row, k], float(terms.min()))
+
+    def _observe(self, metrics: FederationMetrics, msg: Any, sent: int, bytes_up: int) -> None:
+        """After a live broadcast: the phase as this agent saw it, and its clients' regret."""
+        counts = phase_communication(msg, self._broadcast_bytes, sent, sent, bytes_up, sent, 0)
+        metrics.on_phase(counts, time.perf_counter() - self._opened, active=self._active())
+        metrics.on_evaluations(self._evaluations)
+        self._evaluations = 0
+        n = len(self.clients)
+        used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
+        known = np.isfinite(self._best).all(axis=1)
+        global_known = self.family.global_objective.optimum_value is not None
+        local_known = all(self.family.clients[m].optimum_value is not None for m in self.clients)
+        metrics.on_regret(
+            t=min(used, default=0),
+            cumulative=self._regret[0] / n if global_known else None,
+            local=self._regret[1] / n if local_known else None,
+            global_simple=float(self._best[0].mean()) if global_known and known[0] else None,
+            local_simple=float(self._best[1].mean()) if local_known and known[1] else None,
+        )
+
+    def _withdrawn(self, m: int) -> bool:
+        return getattr(self.clients[m], "withdrawal", None) is not None
+
+    def _active(self) -> int:
+        return sum(not self._withdrawn(m) for m in self.clients)
+
+    def _observe_privacy(self, metrics: FederationMetrics) -> None:
+        """The hosted clients' epsilon so far (local DP), from this agent's ledger."""
+        if self.run_ledger is None:
+            return
+        budget = self.run_ledger.budget
+        metrics.on_privacy(
+            ledger_epsilons(self.run_ledger, self.clients),
+            budget_epsilon=None if budget is None else budget.epsilon,
+            delta=self.run_ledger.delta,
+            withdrawn=[m for m in self.clients if self._withdrawn(m)],
+        )
+        self._last_privacy = time.monotonic()
 
     async def _mirror_ledger(self) -> None:
         """Publish the releases the clients recorded since the last call (ledger topic)."""
@@ -183,16 +267,21 @@ class ClientAgent:
             record = end_record(self.run_id, m, releases)
             await self.broker.publish(self.topics["ledger"], str(m), record)
 
-    async def _send(self, answers: list[tuple[int, Any]], phase: int) -> None:
+    async def _send(self, answers: list[tuple[int, Any]], phase: int) -> int:
+        """Publish the reports; their payload bytes in all."""
+        sent = 0
         for m, report in answers:
+            payload = packb(report.to_wire())
+            sent += len(payload)
             await self.broker.publish(
                 self.topics["report"],
                 str(m),
-                self._envelope("report", m, phase, f"report:{phase}", packb(report.to_wire())),
+                self._envelope("report", m, phase, f"report:{phase}", payload),
             )
         self.counts["reports_sent"] += len(answers)
         if time.monotonic() - self._last_flush >= self.telemetry_interval_s:
             await self._flush_telemetry()
+        return sent
 
     async def _flush_telemetry(self) -> None:
         """Publish, per client, the telemetry of the phases it answered since the last flush, as
@@ -225,6 +314,25 @@ class ClientAgent:
     # ------------------------------------------------------------------------------ service
     async def run(self) -> Finished:
         """Answer broadcasts until the server's :class:`Finished`; returns it."""
+        metrics = self.metrics
+        if metrics is None or self.metrics_privacy_only:
+            return await self._run()
+        from fedxab.agents.server import transport_of
+
+        transport = transport_of(self.broker)
+        start_metrics(metrics, self.config, self.run_id, transport, len(self.clients), self.family)
+        self._observe_privacy(metrics)
+        try:
+            finished = await self._run()
+        except BaseException:
+            metrics.fail_run()
+            raise
+        metrics.end_run()
+        return finished
+
+    async def _run(self) -> Finished:
+        metrics = self.metrics
+        full_view = metrics is not None and not self.metrics_privacy_only
         await self.broker.create_topics(list(self.topics.values()))
         for m in self.clients:
             await self.broker.publish(
@@ -245,15 +353,26 @@ class ClientAgent:
                     continue
                 if isinstance(msg, Finished):
                     self.finished = msg
+                    if metrics is not None:
+                        self._observe_privacy(metrics)  # final: before the end markers
                     await self._flush_telemetry()
                     await self._close_ledger_mirror()
                     break
+                self._opened = time.perf_counter()
                 answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
                 await self._mirror_ledger()
                 if record.offset >= replay_until:
-                    await self._send(answers, int(msg.phase))
+                    bytes_up = await self._send(answers, int(msg.phase))
+                    if full_view:
+                        assert metrics is not None
+                        self._observe(metrics, msg, len(answers), bytes_up)
                 else:
                     self.counts["broadcasts_replayed"] += 1
+                if (
+                    metrics is not None
+                    and time.monotonic() - self._last_privacy >= metrics.privacy_interval_s
+                ):
+                    self._observe_privacy(metrics)
         finally:
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)

@@ -14,6 +14,11 @@ seed, bit for bit (tests/integration/test_agents.py, tests/integration/test_kafk
 The run id names the run's topics. It is derived from the experiment (the config without its
 ``[broker]`` settings) and the seed, so a server and clients started separately from the same
 config file agree on it without talking.
+
+Each function takes an optional ``metrics``
+(:class:`~fedxab.monitoring.metrics.FederationMetrics`): :func:`run_on_broker` and
+:func:`serve` give it to the server agent (in :func:`run_on_broker` the client agents add their
+clients' epsilon to it), :func:`host_clients` to the client agent (its own clients' view).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results, run_id_for
@@ -28,6 +34,9 @@ from fedxab.agents.server import ProgressCallback, ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
 from fedxab.results import RunRecord, RunResults
+
+if TYPE_CHECKING:
+    from fedxab.monitoring.metrics import FederationMetrics
 
 __all__ = [
     "client_slices",
@@ -56,6 +65,7 @@ def _server_agent(
     broker: Broker,
     checkpoint_dir: str | Path | None,
     progress: ProgressCallback | None,
+    metrics: FederationMetrics | None = None,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
     return ServerAgent(
@@ -66,10 +76,18 @@ def _server_agent(
         namespace=_namespace(config),
         checkpoint=None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id}.ckpt",
         progress=progress,
+        metrics=metrics,
     )
 
 
-def _client_agent(config: Config, seed: int, broker: Broker, ids: list[int]) -> ClientAgent:
+def _client_agent(
+    config: Config,
+    seed: int,
+    broker: Broker,
+    ids: list[int],
+    metrics: FederationMetrics | None = None,
+    privacy_only: bool = False,
+) -> ClientAgent:
     return ClientAgent(
         config,
         seed,
@@ -77,6 +95,8 @@ def _client_agent(config: Config, seed: int, broker: Broker, ids: list[int]) -> 
         run_id=run_id_for(config, seed),
         client_ids=ids,
         namespace=_namespace(config),
+        metrics=metrics,
+        metrics_privacy_only=privacy_only,
     )
 
 
@@ -88,12 +108,13 @@ async def run_on_broker(
     hosts: int = 1,
     checkpoint_dir: str | Path | None = None,
     progress: ProgressCallback | None = None,
+    metrics: FederationMetrics | None = None,
 ) -> RunRecord:
     """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process."""
     assert config.federation is not None
-    server = _server_agent(config, seed, broker, checkpoint_dir, progress)
+    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics)
     agents = [
-        _client_agent(config, seed, broker, ids)
+        _client_agent(config, seed, broker, ids, metrics, privacy_only=True)
         for ids in client_slices(config.federation.clients, hosts)
     ]
     async with asyncio.TaskGroup() as group:
@@ -110,12 +131,15 @@ def run_on_broker_config(
     *,
     on_run_start: RunStartCallback | None = None,
     hosts: int = 1,
+    metrics: FederationMetrics | None = None,
 ) -> RunResults:
     """Every seed of ``config``, all agents in this process, each seed on a fresh broker."""
 
     async def one(seed: int) -> RunRecord:
         async with broker_factory() as broker:
-            return await run_on_broker(config, seed, broker, hosts=hosts, progress=progress)
+            return await run_on_broker(
+                config, seed, broker, hosts=hosts, progress=progress, metrics=metrics
+            )
 
     runs = [asyncio.run(one(seed)) for seed in announce_seeds(config, on_run_start)]
     return collect_results(config, runs)
@@ -128,17 +152,24 @@ async def serve(
     checkpoint_dir: str | Path | None = None,
     progress: ProgressCallback | None = None,
     on_run_start: RunStartCallback | None = None,
+    metrics: FederationMetrics | None = None,
 ) -> RunResults:
     """The server side of every seed of ``config`` (one after the other) on ``broker``."""
     runs = [
-        await _server_agent(config, seed, broker, checkpoint_dir, progress).run()
+        await _server_agent(config, seed, broker, checkpoint_dir, progress, metrics).run()
         for seed in announce_seeds(config, on_run_start)
     ]
     return collect_results(config, runs)
 
 
-async def host_clients(config: Config, broker: Broker, client_ids: list[int]) -> int:
+async def host_clients(
+    config: Config,
+    broker: Broker,
+    client_ids: list[int],
+    *,
+    metrics: FederationMetrics | None = None,
+) -> int:
     """Clients ``client_ids`` for every seed of ``config`` in turn; the number of seeds run."""
     for seed in config.run.seeds:
-        await _client_agent(config, seed, broker, client_ids).run()
+        await _client_agent(config, seed, broker, client_ids, metrics).run()
     return len(config.run.seeds)

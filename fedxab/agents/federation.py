@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,13 +75,18 @@ from fedxab.objectives.registry import make_objective
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord, RunResults
 
+if TYPE_CHECKING:
+    from fedxab.monitoring.metrics import FederationMetrics
+
 __all__ = [
     "Federation",
     "FederationError",
     "PhaseCommunication",
+    "ledger_epsilons",
     "make_family",
     "run_federated",
     "run_federated_config",
+    "start_metrics",
 ]
 
 log = logging.getLogger(__name__)
@@ -233,6 +238,35 @@ def federated_record(
     )
 
 
+def start_metrics(
+    metrics: FederationMetrics,
+    config: Config,
+    run_id: str,
+    transport: str,
+    clients: int,
+    family: ClientFamily,
+) -> None:
+    """Tell ``metrics`` that run ``run_id`` of ``config`` starts, seen by a party that observes
+    ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
+    metrics.start_run(
+        run_id=run_id,
+        algorithm=config.algorithm.name,
+        objective=config.objective.name,
+        transport=transport,
+        clients=clients,
+        budget=config.run.budget,
+        regret_known=family.global_objective.optimum_value is not None,
+        local_regret_known=all(c.optimum_value is not None for c in family.clients),
+    )
+
+
+def ledger_epsilons(run_ledger: RunLedger, clients: Any) -> dict[int, float]:
+    """The epsilon each of ``clients`` has spent so far in ``run_ledger``, recomputed by its
+    accountant at the run's delta (the numbers of :meth:`RunLedger.block`)."""
+    deltas = dict.fromkeys((int(m) for m in clients), run_ledger.delta)
+    return run_ledger.ledger.epsilons(run_ledger.run, deltas)
+
+
 def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
     """The M client objectives and the global objective of ``config.federation`` for ``seed``.
 
@@ -305,9 +339,21 @@ class Federation:
     attributes stay available afterwards for inspection: ``server``, ``clients``, ``family``,
     ``phases`` (one :class:`PhaseCommunication` per phase), ``used`` (evaluations per client)
     and, with ``keep_points=True``, ``points[m]`` (the points client m evaluated, in order).
+
+    With ``metrics`` (a :class:`~fedxab.monitoring.metrics.FederationMetrics`), the run updates
+    it as it goes: once per phase the phase, messages, bytes, reports and evaluations; at each
+    progress step (at most about 200 per run) the regret; every ``privacy_interval_s`` the
+    clients' epsilon; at the end every value from the record.
     """
 
-    def __init__(self, config: Config, seed: int, *, keep_points: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        seed: int,
+        *,
+        keep_points: bool = False,
+        metrics: FederationMetrics | None = None,
+    ) -> None:
         if config.federation is None:
             raise ConfigError(
                 "algorithm.name",
@@ -316,6 +362,7 @@ class Federation:
             )
         self.config = config
         self.seed = seed
+        self.metrics = metrics
         self.n_clients = config.federation.clients
         self.budget = config.run.budget
         self.objective = make_objective(config.objective.name, **dict(config.objective.params))
@@ -380,18 +427,42 @@ class Federation:
     # ---------------------------------------------------------------------------- the loop
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
         """Run the federation to its end; the record of regret, answer and communication."""
+        metrics = self.metrics
+        if metrics is None:
+            return self._run(progress)
+        start_metrics(
+            metrics,
+            self.config,
+            run_id_for(self.config, self.seed),
+            "inprocess",
+            self.n_clients,
+            self.family,
+        )
+        if self.run_ledger is not None:
+            self._observe_privacy(metrics)
+        try:
+            record = self._run(progress)
+        except BaseException:
+            metrics.fail_run()
+            raise
+        metrics.end_run(record)
+        return record
+
+    def _run(self, progress: ProgressCallback | None) -> RunRecord:
         server, clients = self.server, self.clients
         n_clients, budget = self.n_clients, self.budget
         evaluators, sums = self.evaluators, self.sums
+        metrics = self.metrics
         every = max(1, budget // _PROGRESS_UPDATES)
         next_report = every
-        running, counted = 0.0, 0
+        running, running_local, counted = 0.0, 0.0, 0
         idle = 0
 
         withdrawn = self.withdrawn
         t0 = time.perf_counter()
         msg = server.start()
         while not isinstance(msg, Finished):
+            opened = time.perf_counter()
             wire = packb(msg.to_wire())
             broadcast_cls = type(msg)
             phase = int(msg.phase)
@@ -416,25 +487,38 @@ class Federation:
                     f"clients reported ({accepted} reports accepted)"
                 )
             evaluations = sums.evaluations_by_phase.get(phase, 0)
-            self.phases.append(
-                phase_communication(
-                    msg, len(wire), len(active), sent, bytes_up, accepted, evaluations
-                )
+            comm = phase_communication(
+                msg, len(wire), len(active), sent, bytes_up, accepted, evaluations
             )
+            self.phases.append(comm)
             idle = idle + 1 if evaluations == 0 else 0
             if idle > _MAX_IDLE_PHASES:
                 raise FederationError(
                     f"{idle} phases in a row without any evaluation (at phase {phase}): "
                     "the algorithm does not terminate"
                 )
-            if progress is not None:
+            if metrics is not None:
+                metrics.on_phase(
+                    comm, time.perf_counter() - opened, active=n_clients - len(withdrawn)
+                )
+                metrics.on_report("accepted", accepted)
+                metrics.on_report("duplicate", sent - accepted)
+                metrics.on_evaluations(evaluations)
+            if progress is not None or metrics is not None:
                 done = int(sums.used.min(initial=budget, where=self._active_mask()))
                 if done >= next_report or done == budget:
                     if sums.global_sum is not None:
                         running += float(sums.global_sum[counted:done].sum())
+                    if sums.local_sum is not None:
+                        running_local += float(sums.local_sum[counted:done].sum())
                     counted = done
                     cum = running / n_clients if sums.global_sum is not None else float("nan")
-                    progress(done, budget, cum)
+                    if metrics is not None:
+                        self._observe_regret(metrics, done, cum, running_local / n_clients)
+                        if self.run_ledger is not None and metrics.privacy_due():
+                            self._observe_privacy(metrics)
+                    if progress is not None:
+                        progress(done, budget, cum)
                     next_report = (done // every + 1) * every
             msg = server.close_phase()
         wall = time.perf_counter() - t0
@@ -450,6 +534,35 @@ class Federation:
             wall,
             self.communication(),
             self.privacy_block(),
+        )
+
+    def _observe_regret(
+        self, metrics: FederationMetrics, done: int, cum: float, local: float
+    ) -> None:
+        """The regret at per-client round ``done`` (every active client got there)."""
+        sums = self.sums
+        global_simple = local_simple = None
+        if done > 0:
+            g, loc = sums.simple_curves(np.array([done]))
+            global_simple = None if g is None else float(g[0])
+            local_simple = None if loc is None else float(loc[0])
+        metrics.on_regret(
+            t=done,
+            cumulative=cum if sums.global_sum is not None else None,
+            local=local if sums.local_sum is not None else None,
+            global_simple=global_simple,
+            local_simple=local_simple,
+        )
+
+    def _observe_privacy(self, metrics: FederationMetrics) -> None:
+        """Every client's epsilon so far, from the ledger."""
+        assert self.run_ledger is not None
+        budget = self.run_ledger.budget
+        metrics.on_privacy(
+            ledger_epsilons(self.run_ledger, range(self.n_clients)),
+            budget_epsilon=None if budget is None else budget.epsilon,
+            delta=self.run_ledger.delta,
+            withdrawn=stopped_phases(self.server),
         )
 
     @property
@@ -473,9 +586,15 @@ class Federation:
         return communication_block(self.n_clients, self.phases)
 
 
-def run_federated(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:
+def run_federated(
+    config: Config,
+    seed: int,
+    progress: ProgressCallback | None = None,
+    *,
+    metrics: FederationMetrics | None = None,
+) -> RunRecord:
     """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`)."""
-    return Federation(config, seed).run(progress)
+    return Federation(config, seed, metrics=metrics).run(progress)
 
 
 def run_federated_config(
@@ -483,11 +602,15 @@ def run_federated_config(
     progress: ProgressCallback | None = None,
     *,
     on_run_start: RunStartCallback | None = None,
+    metrics: FederationMetrics | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results.
 
     The ``objective`` block describes the configured (base) objective; with
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
     """
-    runs = [run_federated(config, seed, progress) for seed in announce_seeds(config, on_run_start)]
+    runs = [
+        run_federated(config, seed, progress, metrics=metrics)
+        for seed in announce_seeds(config, on_run_start)
+    ]
     return collect_results(config, runs)

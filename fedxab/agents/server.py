@@ -14,6 +14,13 @@ Every received message is classified once and counted in :attr:`ServerAgent.coun
 state machine rejects: NaN, wrong length, ...). A rejected message changes no state and never stops
 the agent; each gets one log line naming the reason.
 
+With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the agent also exports
+the server's view of the run as it goes: every message's classification (reports by outcome,
+control messages by kind, repeated broadcasts), each closed phase (messages, bytes, duration), the
+regret from the clients' telemetry, the clients' epsilon (central DP: from the server's own
+ledger, during the run; local DP: from the rebuilt ledger, at the end), and at the end every
+value of the run's record.
+
 The control topic (join, leave, heartbeat, telemetry) is read from its beginning on every start
 and never committed: everything on it is idempotent, so a restarted server simply rebuilds its view
 of the clients and of the regret telemetry (:mod:`fedxab.agents.evaluation`) from it.
@@ -30,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,8 +48,10 @@ from fedxab.agents.federation import (
     communication_block,
     expected_use,
     federated_record,
+    ledger_epsilons,
     make_family,
     phase_communication,
+    start_metrics,
     stopped_phases,
     withdrawn_clients,
 )
@@ -57,7 +66,10 @@ from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, rel
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 
-__all__ = ["RunConflictError", "ServerAgent"]
+if TYPE_CHECKING:
+    from fedxab.monitoring.metrics import FederationMetrics
+
+__all__ = ["RunConflictError", "ServerAgent", "transport_of"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +81,15 @@ ProgressCallback = Callable[[int, int, float], None]
 
 class RunConflictError(FedxabError, RuntimeError):
     """The run's topics already hold another start of the same run."""
+
+
+def transport_of(broker: Broker) -> str:
+    """The transport's name for the metrics' run info: ``memory``, ``kafka``, ... (a wrapper
+    such as :class:`~fedxab.broker.faults.FaultyBroker` names what it wraps)."""
+    inner = getattr(broker, "inner", None)
+    if isinstance(inner, Broker):
+        return transport_of(inner)
+    return type(broker).__name__.lower().removesuffix("broker") or "broker"
 
 
 class ServerAgent:
@@ -84,10 +105,12 @@ class ServerAgent:
         namespace: str = "fedxab",
         checkpoint: str | Path | None = None,
         progress: ProgressCallback | None = None,
+        metrics: FederationMetrics | None = None,
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
         self.config = config
+        self.metrics = metrics
         self.seed = seed
         self.broker = broker
         self.run_id = run_id
@@ -131,6 +154,7 @@ class ServerAgent:
         self.last_seen: dict[int, float] = {}
         self.phases: list[PhaseCommunication] = []
         self.live_regret = 0.0  # running sum of global regret terms (display only)
+        self.live_local_regret = 0.0  # the same of the local terms (metrics only)
         self.phase = 0
         self.finished: Finished | None = None
         self._accepted: dict[int, bytes] = {}
@@ -138,10 +162,24 @@ class ServerAgent:
         self._wakeup = asyncio.Event()
 
     # ----------------------------------------------------------------------------- messages
+    def _count(self, name: str) -> None:
+        """Count one event in :attr:`counts` and in the metrics (if any)."""
+        self.counts[name] += 1
+        metrics = self.metrics
+        if metrics is None:
+            return
+        where, _, what = name.partition("_")
+        if where == "report":
+            metrics.on_report(what)
+        elif where == "control":
+            metrics.on_control(what)
+        elif name == "broadcast_repeated":
+            metrics.broadcasts_repeated.inc()
+
     def _reject(self, outcome: str, reason: str, where: str = "report") -> None:
         """Count a rejected message and log one line: a warning for an invalid one, info for a
         late one (normal under at-least-once delivery, e.g. after a repeated broadcast)."""
-        self.counts[f"{where}_{outcome}"] += 1
+        self._count(f"{where}_{outcome}")
         level = logging.WARNING if outcome == "invalid" else logging.INFO
         log.log(level, "run %s: %s %s: %s", self.run_id, outcome, where, reason)
 
@@ -191,11 +229,13 @@ class ServerAgent:
             self._reject("invalid", f"client {m}: {type(exc).__name__}: {exc}")
             return
         if not fresh:
-            self.counts["report_duplicate"] += 1
+            self._count("report_duplicate")
             log.info("run %s: duplicate report of client %d, phase %d", self.run_id, m, env.phase)
             return
-        self.counts["report_accepted"] += 1
+        self._count("report_accepted")
         self._accepted[m] = env.payload
+        if self.metrics is not None:
+            self.metrics.phase_reports.set(len(self._accepted))
         self._wakeup.set()
 
     def on_control(self, record: Record) -> None:
@@ -217,10 +257,26 @@ class ServerAgent:
                 self._reject("invalid", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
-                if self.sums.add(telemetry) and telemetry.global_terms is not None:
-                    self.live_regret += float(telemetry.global_terms.sum())
+                if self.sums.add(telemetry):
+                    self._observe_telemetry(telemetry)
             self._wakeup.set()
-        self.counts[f"control_{env.kind}"] += 1
+        self._count(f"control_{env.kind}")
+
+    def _observe_telemetry(self, telemetry: Telemetry) -> None:
+        """Fresh telemetry: the live regret sums (display and metrics)."""
+        if telemetry.global_terms is not None:
+            self.live_regret += float(telemetry.global_terms.sum())
+        metrics = self.metrics
+        if metrics is None:
+            return
+        if telemetry.local_terms is not None:
+            self.live_local_regret += float(telemetry.local_terms.sum())
+        metrics.on_evaluations(telemetry.count)
+        sums = self.sums
+        metrics.on_regret(
+            cumulative=self.live_regret / self.n_clients if sums.global_sum is not None else None,
+            local=self.live_local_regret / self.n_clients if sums.local_sum is not None else None,
+        )
 
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
@@ -275,6 +331,8 @@ class ServerAgent:
                 report = decode_report(self.algorithm, unpackb(payload))
                 self.server.receive(m, report)
             self.phases.append(PhaseCommunication(**closed.counts))
+            if self.metrics is not None:  # a new process: its counters count these phases too
+                self.metrics.on_phase(self.phases[-1])
             msg = self.server.close_phase()
         if self.checkpoint.phases:
             log.info(
@@ -302,11 +360,13 @@ class ServerAgent:
                 reported, last_progress = len(self._accepted), now
             elif now - last_progress >= repeat:
                 log.info("run %s: phase %d stalled; broadcasting it again", self.run_id, self.phase)
-                self.counts["broadcast_repeated"] += 1
+                self._count("broadcast_repeated")
                 await self._publish(msg)
                 last_progress = now
 
-    async def _close_phase(self, msg: Any, broadcast_bytes: int, active: int, commit: Any) -> Any:
+    async def _close_phase(
+        self, msg: Any, broadcast_bytes: int, active: int, commit: Any, opened: float
+    ) -> Any:
         accepted = dict(self._accepted)
         counts = phase_communication(
             msg,
@@ -324,10 +384,35 @@ class ServerAgent:
         self._accepted = {}
         msg = self.server.close_phase()
         await self._mirror_ledger()
+        if self.metrics is not None:
+            self._observe_phase(self.metrics, counts, time.perf_counter() - opened)
         if self.progress is not None:
             done = int(self.sums.used.min())
             self.progress(done, self.budget, self.live_regret / self.n_clients)
         return msg
+
+    def _observe_phase(
+        self, metrics: FederationMetrics, counts: PhaseCommunication, duration: float
+    ) -> None:
+        gone = self.left.difference(withdrawn_clients(self.server))
+        metrics.on_phase(counts, duration, active=self.active - len(gone))
+        metrics.phase_reports.set(0)
+        still = np.ones(self.n_clients, dtype=bool)
+        still[list(withdrawn_clients(self.server))] = False
+        metrics.on_regret(t=int(self.sums.used.min(initial=self.budget, where=still)))
+        if self.run_ledger is not None and metrics.privacy_due():
+            self._observe_privacy(metrics)
+
+    def _observe_privacy(self, metrics: FederationMetrics) -> None:
+        """Central DP: every client's epsilon so far, from the server's own ledger."""
+        assert self.run_ledger is not None
+        budget = self.run_ledger.budget
+        metrics.on_privacy(
+            ledger_epsilons(self.run_ledger, range(self.n_clients)),
+            budget_epsilon=None if budget is None else budget.epsilon,
+            delta=self.run_ledger.delta,
+            withdrawn=stopped_phases(self.server),
+        )
 
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic,
@@ -357,9 +442,10 @@ class ServerAgent:
             self.phase = int(msg.phase)
             self._accepted = {}
             active = self.active  # the clients the broadcast is for
+            opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
-            msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit)
+            msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit, opened)
         self.finished = msg
         self.phase = int(msg.phase)
         await self._mirror_ledger(end=True)
@@ -378,7 +464,7 @@ class ServerAgent:
                 await asyncio.wait_for(self._wakeup.wait(), max(0.001, wait))
             except TimeoutError:
                 if time.monotonic() < stop:
-                    self.counts["broadcast_repeated"] += 1
+                    self._count("broadcast_repeated")
                     await self._publish(self.finished)
         missing = np.flatnonzero(self.sums.used < expected).tolist()
         if missing:
@@ -410,6 +496,22 @@ class ServerAgent:
 
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""
+        metrics = self.metrics
+        if metrics is None:
+            return await self._run()
+        transport = transport_of(self.broker)
+        start_metrics(metrics, self.config, self.run_id, transport, self.n_clients, self.family)
+        if self.run_ledger is not None:
+            self._observe_privacy(metrics)
+        try:
+            record = await self._run()
+        except BaseException:
+            metrics.fail_run()
+            raise
+        metrics.end_run(record)
+        return record
+
+    async def _run(self) -> RunRecord:
         await self.broker.create_topics(list(self.topics.values()))
         t0 = time.perf_counter()
         await self._check_fresh_or_resuming()
@@ -466,6 +568,8 @@ class ServerAgent:
                 timeout_s=self.settings.telemetry_timeout_s,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
+            if self.metrics is not None and rebuilt.skipped:
+                self.metrics.ledger_invalid.inc(rebuilt.skipped)
             return run_ledger.block(range(self.n_clients), stopped)
         finally:
             run_ledger.close()

@@ -2,7 +2,8 @@
 
 No Docker engine is needed: the files are parsed and cross-checked (services present, host paths
 that exist, ports on 127.0.0.1 only, KRaft Kafka, scrape targets on the ports the fedxab commands
-listen on, a Grafana dashboard that uses the provisioned datasource).
+listen on, a Grafana dashboard that uses the provisioned datasource and whose PromQL names only
+metrics that fedxab.monitoring.metrics exports).
 """
 
 from __future__ import annotations
@@ -206,8 +207,21 @@ def test_every_option_in_a_command_is_an_option_of_that_fedxab_command(
             assert used <= known, f"{name}: `fedxab {role}` has no option {used - known}"
 
 
-# The metrics endpoints (server 9100, clients 9101) are served by the monitoring work.
+# The metrics endpoints: `--metrics-port` of `fedxab server` and `fedxab client`.
 METRICS_PORTS = {"server": "9100", "client": "9101"}
+
+
+def test_fedxab_services_serve_metrics_on_the_scraped_ports(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for role in FEDXAB_COMMANDS:
+        for name, command in _fedxab_services(services, role).items():
+            assert _option(command, "--metrics-port") == METRICS_PORTS[role], name
+            # inside a container the loopback default would be unreachable for Prometheus
+            assert _option(command, "--metrics-host") == "0.0.0.0", name
+            assert float(_option(command, "--serve-after")) > 0, name
+            # reachable on the compose network only, never published on the host
+            assert not services[name].get("ports"), f"{name} publishes ports"
 
 
 def test_prometheus_scrapes_every_metrics_port(services: dict[str, dict[str, Any]]) -> None:
@@ -221,6 +235,8 @@ def test_prometheus_scrapes_every_metrics_port(services: dict[str, dict[str, Any
         for name in _fedxab_services(services, role):
             target = f"{name}:{METRICS_PORTS[role]}"
             assert target in jobs[job], f"{job} does not scrape {target}"
+    for job in prometheus["scrape_configs"]:
+        assert job.get("metrics_path", "/metrics") == "/metrics"
     mounts = _bind_mounts(services["prometheus"])
     assert ("./deploy/prometheus.yml", "/etc/prometheus/prometheus.yml") in mounts
 
@@ -277,3 +293,121 @@ def test_dockerfile_installs_the_project(services: dict[str, dict[str, Any]]) ->
     assert 'ENTRYPOINT ["fedxab"]' in lines
     for role in FEDXAB_COMMANDS:
         assert services[role]["build"] == "."
+
+
+# --------------------------------------------------------------------------- dashboard PromQL
+# PromQL words that are not metric names: functions, aggregations, keywords (the ones a
+# dashboard may use; an unknown word fails the test, which also catches a misspelled function).
+PROMQL_WORDS = {
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "rate", "irate", "increase", "delta", "idelta", "deriv",
+    "histogram_quantile", "clamp_min", "clamp_max", "abs", "ceil", "floor", "round", "time",
+    "vector", "scalar", "label_replace", "absent", "changes", "resets", "max_over_time",
+    "min_over_time", "avg_over_time", "last_over_time", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "bool", "and", "or", "unless", "offset",
+}  # fmt: skip
+TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped sample
+GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+
+
+def _promql_parts(expr: str) -> tuple[list[str], list[tuple[str, set[str]]], set[str]]:
+    """``(identifiers, [(metric, matcher label names)], grouping label names)`` of ``expr``."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    selectors = [
+        (name, set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", body)))
+        for name, body in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}", text)
+    ]
+    grouping = {
+        label.strip() for _, labels in GROUPING.findall(text) for label in labels.split(",")
+    } - {""}
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges, subqueries
+    text = GROUPING.sub(r"\1", text)  # grouping label lists
+    words = re.findall(r"(?<![\w.])[a-zA-Z_:][a-zA-Z0-9_:]*", text)
+    return words, selectors, grouping
+
+
+def test_promql_parts_are_found():
+    words, selectors, grouping = _promql_parts(
+        'histogram_quantile(0.95, sum by (job, le) (rate(fedxab_x_bucket{a="1",b=~"x|y"}[5m])))'
+        " / on (instance) group_left(role) fedxab_info * 1e3"
+    )
+    assert [w for w in words if w not in PROMQL_WORDS] == ["fedxab_x_bucket", "fedxab_info"]
+    assert selectors == [("fedxab_x_bucket", {"a", "b"})]
+    assert grouping == {"job", "le", "instance", "role"}
+
+
+def _dashboard() -> dict[str, Any]:
+    return json.loads((GRAFANA / "dashboards" / "fedxab.json").read_text(encoding="utf-8"))
+
+
+def test_dashboard_promql_uses_only_exported_metrics() -> None:
+    from fedxab.monitoring.metrics import FederationMetrics
+
+    exported = FederationMetrics.exported_samples()
+    used: set[str] = set()
+    for panel in _dashboard()["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            words, selectors, grouping = _promql_parts(expr)
+            names = [w for w in words if w not in PROMQL_WORDS]
+            assert names, f"panel {panel['title']!r}: no metric in {expr!r}"
+            for name in names:
+                assert name in exported, (
+                    f"panel {panel['title']!r}: {name!r} is not exported by "
+                    f"fedxab.monitoring.metrics ({expr!r})"
+                )
+            for name, labels in selectors:
+                unknown = labels - exported[name] - TARGET_LABELS
+                assert not unknown, f"{name} has no label {unknown} ({expr!r})"
+            labels = set().union(*(exported[n] for n in names)) | TARGET_LABELS
+            assert grouping <= labels, f"grouping by {grouping - labels} in {expr!r}"
+            used.update(names)
+    # the issue's panels: regret, rounds, throughput, epsilon vs budget, over budget, bad reports
+    for name in (
+        "fedxab_cumulative_regret",
+        "fedxab_local_cumulative_regret",
+        "fedxab_phases_total",
+        "fedxab_round",
+        "fedxab_messages_total",
+        "fedxab_message_bytes_total",
+        "fedxab_evaluations_total",
+        "fedxab_phase_duration_seconds_bucket",
+        "fedxab_epsilon_max",
+        "fedxab_epsilon_budget",
+        "fedxab_client_epsilon_bucket",
+        "fedxab_clients_over_budget",
+        "fedxab_reports_total",
+    ):
+        assert name in used, f"no panel shows {name}"
+
+
+GRAFANA_PANEL_TYPES = {"timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "text"}
+
+
+def test_dashboard_is_grafana_dashboard_json() -> None:
+    dashboard = _dashboard()
+    assert isinstance(dashboard["uid"], str) and dashboard["uid"]
+    assert isinstance(dashboard["title"], str) and dashboard["title"]
+    assert isinstance(dashboard["schemaVersion"], int)
+    assert dashboard["time"]["from"] and dashboard["time"]["to"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(set(ids)) == len(ids), "panel ids must be unique"
+    cells: set[tuple[int, int]] = set()
+    for panel in dashboard["panels"]:
+        assert panel["type"] in GRAFANA_PANEL_TYPES
+        assert panel["title"]
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["w"] > 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        area = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"])
+                for y in range(pos["y"], pos["y"] + pos["h"])}  # fmt: skip
+        assert not area & cells, f"panel {panel['title']!r} overlaps another"
+        cells |= area
+        refs = [target["refId"] for target in panel["targets"]]
+        assert len(set(refs)) == len(refs), panel["title"]
+        for target in panel["targets"]:
+            assert target.get("datasource", panel["datasource"]) == panel["datasource"]
+    titles = " | ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for words in ("regret", "phases", "per second", "epsilon against budget", "over budget",
+                  "invalid and late"):  # fmt: skip
+        assert words in titles, f"no panel about {words!r}"
