@@ -103,6 +103,9 @@ class MetricChoice(enum.StrEnum):
     cumulative_regret = "cumulative_regret"
     average_regret = "average_regret"
     local_cumulative_regret = "local_cumulative_regret"
+    global_simple_regret = "global_simple_regret"
+    local_simple_regret = "local_simple_regret"
+    epsilon = "epsilon"
 
 
 def _console(stderr: bool = False) -> Console:
@@ -669,6 +672,7 @@ def _progress(console: Console, quiet: bool, unit: str) -> Progress:
         MofNCompleteColumn(),
         TextColumn(unit),
         TextColumn("cumulative regret {task.fields[regret]}"),
+        TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=console,
@@ -677,16 +681,35 @@ def _progress(console: Console, quiet: bool, unit: str) -> Progress:
 
 
 def _run_callbacks(progress: Progress, budget: int):
-    """``(on_run_start, on_progress)`` for the runners: a new bar per run, then its updates."""
+    """``(on_run_start, on_progress)`` for the runners: a new bar per run, then its updates
+    (with the federated runners' details: the phase, the evaluations over all clients and, for
+    private runs, the max epsilon over clients so far)."""
     task: list[TaskID] = []
 
     def on_run_start(index: int, total: int, run_seed: int) -> None:
         description = f"run {index + 1}/{total} (seed {run_seed})"
-        task.append(progress.add_task(description, total=budget, regret="-"))
+        task.append(progress.add_task(description, total=budget, regret="-", status=""))
 
-    def on_progress(done: int, total: int, cum: float) -> None:
-        progress.update(task[-1], completed=done, regret=_fmt(cum, 3))
+    def on_progress(
+        done: int,
+        total: int,
+        cum: float,
+        *,
+        phase: int | None = None,
+        evaluations: int | None = None,
+        epsilon: float | None = None,
+    ) -> None:
+        parts = []
+        if phase is not None:
+            parts.append(f"phase {phase}")
+        if evaluations is not None:
+            parts.append(f"{evaluations:,} evals")
+        if epsilon is not None:
+            parts.append(f"ε {epsilon:.3f}")
+        fields = {"status": " · ".join(parts)} if parts else {}
+        progress.update(task[-1], completed=done, regret=_fmt(cum, 3), **fields)
 
+    on_progress.details = True  # type: ignore[attr-defined]
     return on_run_start, on_progress
 
 
@@ -822,13 +845,14 @@ def plot(
     metric: Annotated[
         MetricChoice,
         typer.Option(
-            help="Which regret to plot against the round number (local_cumulative_regret: "
-            "federated runs, mean over clients of their own regret)."
+            help="Which regret to plot against the round number (local_cumulative_regret, "
+            "global/local_simple_regret: federated runs, mean over clients), or epsilon: the "
+            "privacy loss of private runs (max over clients) against the phase."
         ),
     ] = MetricChoice.cumulative_regret,
     title: Annotated[str | None, typer.Option(help="Figure title.", show_default=False)] = None,
 ) -> None:
-    """Plot regret curves (mean ± 1 std over runs), one per results file."""
+    """Plot regret or epsilon curves (mean ± 1 std over runs), one per results file."""
     from fedxab.monitoring.plots import plot_regret
 
     with _errors_as_exit_code():

@@ -23,7 +23,8 @@ Layout (schema ``fedxab.results/1``)::
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
          "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
                      "epsilon": [per client], "releases": [per client],
-                     "withdrawn": {"client id": phase it refused}}}
+                     "withdrawn": {"client id": phase it refused},
+                     "epsilon_by_phase": [[phase, max over clients of epsilon so far], ...]}}
       ],
       "summary": {"runs": n, "cumulative_regret": {"mean", "std"},
                   "average_regret": {"mean", "std"}, "simple_regret": {"mean", "std"},

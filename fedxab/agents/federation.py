@@ -57,7 +57,9 @@ from fedxab.agents.local import (
     RunStartCallback,
     announce_seeds,
     collect_results,
+    report_progress,
     run_id_for,
+    wants_details,
 )
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import PRIVATE, make_federation
@@ -267,6 +269,27 @@ def ledger_epsilons(run_ledger: RunLedger, clients: Any) -> dict[int, float]:
     return run_ledger.ledger.epsilons(run_ledger.run, deltas)
 
 
+class EpsilonWatch:
+    """The max over ``clients`` of the epsilon spent so far in ``run_ledger``, for progress
+    displays: recomputed (:func:`ledger_epsilons`) only when the ledger recorded releases since
+    the last look (one cheap query otherwise; the ledger is append-only, so the same release
+    counts mean the same histories)."""
+
+    def __init__(self, run_ledger: RunLedger, clients: Any) -> None:
+        self.run_ledger = run_ledger
+        self.clients = [int(m) for m in clients]
+        self._releases: dict[int, int] | None = None
+        self._epsilon = 0.0
+
+    def __call__(self) -> float:
+        rl = self.run_ledger
+        releases = rl.ledger.releases_all(rl.run)
+        if releases != self._releases:
+            self._releases = releases
+            self._epsilon = max(ledger_epsilons(rl, self.clients).values(), default=0.0)
+        return self._epsilon
+
+
 def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
     """The M client objectives and the global objective of ``config.federation`` for ``seed``.
 
@@ -455,6 +478,12 @@ class Federation:
         metrics = self.metrics
         every = max(1, budget // _PROGRESS_UPDATES)
         next_report = every
+        details = wants_details(progress)
+        watch = (
+            EpsilonWatch(self.run_ledger, range(n_clients))
+            if details and self.run_ledger is not None
+            else None
+        )
         running, running_local, counted = 0.0, 0.0, 0
         idle = 0
 
@@ -517,7 +546,17 @@ class Federation:
                         self._observe_regret(metrics, done, cum, running_local / n_clients)
                         if self.run_ledger is not None and metrics.privacy_due():
                             self._observe_privacy(metrics)
-                    if progress is not None:
+                    if details:
+                        report_progress(
+                            progress,  # type: ignore[arg-type]
+                            done,
+                            budget,
+                            cum,
+                            phase=phase,
+                            evaluations=int(sums.used.sum()),
+                            epsilon=None if watch is None else watch(),
+                        )
+                    elif progress is not None:
                         progress(done, budget, cum)
                     next_report = (done // every + 1) * every
             msg = server.close_phase()

@@ -38,6 +38,7 @@ __all__ = [
     "ProgressCallback",
     "RunStartCallback",
     "objective_info",
+    "report_progress",
     "run_config",
     "run_id_for",
     "run_single",
@@ -46,12 +47,31 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int, float], None]
-"""``progress(done, total, cumulative_regret)``; called at most about 200 times per run."""
+"""``progress(done, total, cumulative_regret)``; called at most about 200 times per run. A
+callback with a true ``details`` attribute is also given the federated runners' details as
+keywords (:func:`report_progress`)."""
 
 RunStartCallback = Callable[[int, int, int], None]
 """``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
 
 _PROGRESS_UPDATES = 200
+
+
+def wants_details(progress: ProgressCallback | None) -> bool:
+    """Whether ``progress`` takes the details keywords (its ``details`` attribute is true)."""
+    return bool(getattr(progress, "details", False))
+
+
+def report_progress(
+    progress: ProgressCallback, done: int, total: int, cum: float, **details: Any
+) -> None:
+    """``progress(done, total, cum)``, with ``details`` (``phase``: the phase just closed,
+    ``evaluations``: over all clients so far, ``epsilon``: the max over clients spent so far,
+    private runs only) as keywords if ``progress`` takes them (:func:`wants_details`)."""
+    if wants_details(progress):
+        progress(done, total, cum, **details)  # type: ignore[call-arg]
+    else:
+        progress(done, total, cum)
 
 
 def run_id_for(config: Config, seed: int) -> str:

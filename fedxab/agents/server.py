@@ -44,6 +44,7 @@ import numpy as np
 from fedxab.agents.checkpoint import ClosedPhase, ServerCheckpoint
 from fedxab.agents.evaluation import RegretSums, Telemetry
 from fedxab.agents.federation import (
+    EpsilonWatch,
     PhaseCommunication,
     communication_block,
     expected_use,
@@ -55,6 +56,7 @@ from fedxab.agents.federation import (
     stopped_phases,
     withdrawn_clients,
 )
+from fedxab.agents.local import report_progress, wants_details
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import PRIVATE, decode_report, make_federation
 from fedxab.broker.base import Broker, Record, run_topics
@@ -119,6 +121,7 @@ class ServerAgent:
         """The server's consumer group on the report topic (one per run)."""
         self.settings = config.agents
         self.progress = progress
+        self._epsilon_watch: EpsilonWatch | None = None
         self.n_clients = config.federation.clients
         self.budget = config.run.budget
         self.algorithm = config.algorithm.name
@@ -388,7 +391,22 @@ class ServerAgent:
             self._observe_phase(self.metrics, counts, time.perf_counter() - opened)
         if self.progress is not None:
             done = int(self.sums.used.min())
-            self.progress(done, self.budget, self.live_regret / self.n_clients)
+            cum = self.live_regret / self.n_clients
+            if wants_details(self.progress):
+                if self._epsilon_watch is None and self.run_ledger is not None:
+                    self._epsilon_watch = EpsilonWatch(self.run_ledger, range(self.n_clients))
+                watch = self._epsilon_watch
+                report_progress(
+                    self.progress,
+                    done,
+                    self.budget,
+                    cum,
+                    phase=int(counts.phase),
+                    evaluations=int(self.sums.used.sum()),
+                    epsilon=None if watch is None else watch(),
+                )
+            else:
+                self.progress(done, self.budget, cum)
         return msg
 
     def _observe_phase(
@@ -541,7 +559,28 @@ class ServerAgent:
         wall = time.perf_counter() - t0
         if self.run_ledger is not None:
             self.run_ledger.close()
-        return self._record(wall, privacy)
+        record = self._record(wall, privacy)
+        self._final_progress(record)
+        return record
+
+    def _final_progress(self, record: RunRecord) -> None:
+        """One last update of a detailed progress display, once the telemetry and the ledger
+        are in: the clients' reports of their evaluations (and, local DP, their releases)
+        arrive after the phases, so only now are the rounds, evaluations and epsilon known."""
+        if self.progress is None or not wants_details(self.progress):
+            return
+        still = np.ones(self.n_clients, dtype=bool)
+        still[list(withdrawn_clients(self.server))] = False
+        cum = record.cumulative_regret
+        report_progress(
+            self.progress,
+            int(self.sums.used.min(initial=self.budget, where=still)),
+            self.budget,
+            float(cum[-1]) if cum is not None and cum.size else float("nan"),
+            phase=self.phases[-1].phase if self.phases else None,
+            evaluations=int(self.sums.used.sum()),
+            epsilon=None if record.privacy is None else float(record.privacy["max_epsilon"]),
+        )
 
     async def _privacy_block(self) -> dict[str, Any] | None:
         """A private run's ``privacy`` block. Central DP: from the server's own ledger. Local

@@ -1,8 +1,10 @@
-"""Regret plots from results files, in the style of the federated papers' figures.
+"""Regret and privacy plots from results files, in the style of the federated papers' figures.
 
 One curve per results file: the mean over runs (seeds) of the cumulative or average regret (or,
-for federated runs, the local cumulative regret, [PF]'s measure) against the round number, with
-a shaded band of ±1 standard deviation over runs.
+for federated runs, the local cumulative regret, [PF]'s measure, or the simple regrets) against
+the round number, with a shaded band of ±1 standard deviation over runs. For private runs,
+``metric="epsilon"`` draws the privacy loss over time instead: the maximum over clients of the
+epsilon spent up to each phase (the runs' ``privacy.epsilon_by_phase``), against the phase.
 
 Figures are drawn with matplotlib's object API on an Agg canvas (``matplotlib.figure.Figure``),
 never through pyplot, so no display and no global backend state are involved.
@@ -19,35 +21,49 @@ import numpy as np
 
 from fedxab.results import ResultsError, RunResults, load_results
 
-__all__ = ["METRICS", "plot_regret", "regret_band"]
+__all__ = ["METRICS", "epsilon_band", "plot_regret", "regret_band"]
 
 log = logging.getLogger(__name__)
 
-Metric = Literal["cumulative_regret", "average_regret", "local_cumulative_regret"]
+Metric = Literal[
+    "cumulative_regret",
+    "average_regret",
+    "local_cumulative_regret",
+    "global_simple_regret",
+    "local_simple_regret",
+    "epsilon",
+]
 METRICS: dict[str, str] = {
     "cumulative_regret": "cumulative regret",
     "average_regret": "average regret per round",
     "local_cumulative_regret": "local cumulative regret (mean over clients)",
+    "global_simple_regret": "global simple regret (mean over clients)",
+    "local_simple_regret": "local simple regret (mean over clients)",
+    "epsilon": "epsilon spent (max over clients)",
+}
+_PER_CLIENT = {
+    "local_cumulative_regret": "only federated runs record it, and only when every client's "
+    "optimum is known",
+    "global_simple_regret": "federated runs record it when the global optimum is known",
+    "local_simple_regret": "federated runs record it when every client's optimum is known",
 }
 
 
 def regret_band(results: RunResults, metric: str = "cumulative_regret"):
     """``(rounds, mean, std)`` over the runs of ``results`` for ``metric`` (population std)."""
-    if metric not in METRICS:
-        raise ResultsError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    where = str(results.source) if results.source is not None else results.algorithm
+    if metric not in METRICS or metric == "epsilon":
+        regrets = ", ".join(m for m in METRICS if m != "epsilon")
+        raise ResultsError(f"metric must be one of {regrets}, got {metric!r}")
+    where = _where(results)
     rounds = results.runs[0].rounds
     curves = []
     for i, run in enumerate(results.runs):
         if run.rounds.shape != rounds.shape or np.any(run.rounds != rounds):
             raise ResultsError(f"{where}: runs[{i}] has a different rounds grid from runs[0]")
-        if metric == "local_cumulative_regret":
-            curve = run.local_cumulative_regret
+        if metric in _PER_CLIENT:
+            curve = getattr(run, metric)
             if curve is None:
-                raise ResultsError(
-                    f"{where}: runs[{i}] has no local_cumulative_regret (only federated runs "
-                    "record it, and only when every client's optimum is known)"
-                )
+                raise ResultsError(f"{where}: runs[{i}] has no {metric} ({_PER_CLIENT[metric]})")
         else:
             curve = run.cumulative_regret if metric == "cumulative_regret" else run.average_regret
         if curve is None:
@@ -55,6 +71,41 @@ def regret_band(results: RunResults, metric: str = "cumulative_regret"):
         curves.append(curve)
     stack = np.vstack(curves)
     return rounds, stack.mean(axis=0), stack.std(axis=0)
+
+
+def _where(results: RunResults) -> str:
+    return str(results.source) if results.source is not None else results.algorithm
+
+
+def epsilon_band(results: RunResults):
+    """``(phases, mean, std)`` over the runs of ``results`` of the maximum over clients of the
+    epsilon spent up to each phase (population std). The runs are aligned on the union of their
+    phases: a run's epsilon at a phase is its epsilon after its last release at or before it
+    (0 before its first)."""
+    where = _where(results)
+    series = []
+    for i, run in enumerate(results.runs):
+        by_phase = None if run.privacy is None else run.privacy.get("epsilon_by_phase")
+        if not isinstance(by_phase, list):
+            raise ResultsError(
+                f"{where}: runs[{i}] has no privacy.epsilon_by_phase (only private runs, e.g. "
+                "dpfedpne, record their epsilon over time): nothing to plot for --metric epsilon"
+            )
+        try:
+            arr = np.asarray(by_phase, dtype=np.float64).reshape(-1, 2)
+        except ValueError as exc:
+            raise ResultsError(f"{where}: runs[{i}] has a malformed epsilon_by_phase") from exc
+        series.append(arr)
+    phases = np.unique(np.concatenate([a[:, 0] for a in series]))
+    if phases.size == 0:
+        raise ResultsError(f"{where}: no run released anything: no epsilon to plot")
+    curves = []
+    for arr in series:
+        k = np.searchsorted(arr[:, 0], phases, side="right")
+        values = np.concatenate([[0.0], arr[:, 1]])
+        curves.append(values[k])
+    stack = np.vstack(curves)
+    return phases, stack.mean(axis=0), stack.std(axis=0)
 
 
 def _labels(items: Sequence[RunResults]) -> list[str]:
@@ -98,11 +149,25 @@ def plot_regret(
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for res, label in zip(items, labels, strict=True):
-        rounds, mean, std = regret_band(res, metric)
         n = len(res.runs)
+        if metric == "epsilon":
+            phases, mean, std = epsilon_band(res)
+            (line,) = ax.plot(
+                phases,
+                mean,
+                label=f"{label} (n={n})",
+                linewidth=1.6,
+                marker=".",
+                drawstyle="steps-post",
+            )
+            ax.fill_between(
+                phases, mean - std, mean + std, color=line.get_color(), alpha=0.2, step="post"
+            )
+            continue
+        rounds, mean, std = regret_band(res, metric)
         (line,) = ax.plot(rounds, mean, label=f"{label} (n={n})", linewidth=1.6)
         ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-    ax.set_xlabel("round t")
+    ax.set_xlabel("phase" if metric == "epsilon" else "round t")
     ax.set_ylabel(METRICS[metric])
     objectives = sorted({str(r.objective.get("name", "?")) for r in items})
     ax.set_title(title or f"{METRICS[metric]} on {', '.join(objectives)} (mean ± 1 std)")

@@ -250,6 +250,19 @@ class PrivacyLedger:
         )
         return [(r[0], r[1], r[2], PrivacyEvent(*r[3:])) for r in rows]
 
+    def history_all(self, run: str) -> dict[int, list[tuple[int, PrivacyEvent]]]:
+        """``(phase, event)`` of every release of every client of ``run``, in (phase, release)
+        order per client, in one query."""
+        rows = self._db.execute(
+            f"SELECT client, phase, {_EVENT_COLUMNS} FROM events WHERE run=? "
+            "ORDER BY client, phase, release",
+            (run,),
+        )
+        out: dict[int, list[tuple[int, PrivacyEvent]]] = defaultdict(list)
+        for client, phase, *values in rows:
+            out[client].append((phase, PrivacyEvent(*values)))
+        return dict(out)
+
     def recorded(self, run: str, client: int, phase: int, release: int = 0) -> PrivacyEvent | None:
         """The event recorded under this key, or None."""
         row = self._db.execute(

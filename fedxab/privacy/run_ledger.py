@@ -10,11 +10,13 @@ that is what the results file reports.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fedxab.privacy.gate import LedgerGate
-from fedxab.privacy.ledger import Budget, PrivacyLedger
+from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
+from fedxab.privacy.mechanisms import PrivacyEvent
 
 __all__ = ["RunLedger"]
 
@@ -78,7 +80,43 @@ class RunLedger:
             "epsilon": per_client,
             "releases": [int(releases.get(m, 0)) for m in ids],
             "withdrawn": {str(m): int(p) for m, p in sorted(withdrawn.items())},
+            "epsilon_by_phase": self.epsilon_by_phase(ids),
         }
+
+    def epsilon_by_phase(self, clients: Iterable[int]) -> list[list[float]]:
+        """``[[phase, epsilon], ...]`` for every phase at which one of ``clients`` released: the
+        maximum over ``clients`` of the epsilon spent up to and including that phase, recomputed
+        from the events by the accountant at ``delta``.
+
+        Clients with the same sequence of ``(phase, event)`` share one computation, and each
+        distinct canonical prefix is accounted once."""
+        wanted = {int(m) for m in clients}
+        groups: set[tuple[tuple[int, PrivacyEvent], ...]] = {
+            tuple(rows) for m, rows in self.ledger.history_all(self.run).items() if m in wanted
+        }
+        cache: dict[tuple[PrivacyEvent, ...], float] = {}
+        steps: list[tuple[list[int], list[float]]] = []  # per group: its phases, epsilon after
+        for rows in groups:
+            phases: list[int] = []
+            spent: list[float] = []
+            for i, (phase, _) in enumerate(rows):
+                if i + 1 < len(rows) and rows[i + 1][0] == phase:
+                    continue  # the phase's last release closes it
+                prefix = canonical(e for _, e in rows[: i + 1])
+                if prefix not in cache:
+                    cache[prefix] = float(self.ledger.accountant.epsilon(prefix, self.delta))
+                phases.append(int(phase))
+                spent.append(cache[prefix])
+            steps.append((phases, spent))
+        out: list[list[float]] = []
+        for phase in sorted({p for phases, _ in steps for p in phases}):
+            best = 0.0
+            for phases, spent in steps:
+                k = bisect_right(phases, phase)
+                if k:
+                    best = max(best, spent[k - 1])
+            out.append([phase, best])
+        return out
 
     def close(self) -> None:
         self.ledger.close()

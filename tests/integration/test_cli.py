@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -264,3 +265,88 @@ def test_run_single_progress_and_regret_bookkeeping():
     again = run_config(cfg).runs[0]
     np.testing.assert_array_equal(again.cumulative_regret, rec.cumulative_regret)
     np.testing.assert_array_equal(again.recommendation, rec.recommendation)
+
+
+def _dp_results(tmp_path: Path, seed: int, name: str, progress=None):
+    from fedxab.agents.federation import run_federated_config
+    from fedxab.results import write_results
+
+    cfg = config_from_dict(
+        {
+            "run": {"seed": seed, "repeats": 2, "budget": 3000, "output": str(tmp_path / name)},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": "dpfedpne", "epsilon": 0.5, "privacy_delta": 1e-3},
+            "federation": {"clients": 3, "heterogeneity": "shift"},
+            "privacy": {"accountant": "rdp"},
+        }
+    )
+    results = run_federated_config(cfg, progress)
+    return results, write_results(results, cfg.output_dir)
+
+
+def test_plot_draws_epsilon_over_phases_and_simple_regret(tmp_path):
+    a_res, a = _dp_results(tmp_path, 0, "a")
+    _, b = _dp_results(tmp_path, 7, "b")
+    for run in a_res.runs:
+        by_phase = run.privacy["epsilon_by_phase"]
+        assert by_phase and by_phase[-1][1] == run.privacy["max_epsilon"]
+        assert [p for p, _ in by_phase] == sorted({p for p, _ in by_phase})
+    loaded = load_results(a)
+    assert loaded.runs[0].privacy["epsilon_by_phase"] == a_res.runs[0].privacy["epsilon_by_phase"]
+
+    from fedxab.monitoring.plots import epsilon_band
+
+    phases, mean, std = epsilon_band(loaded)
+    finals = [r.privacy["max_epsilon"] for r in loaded.runs]
+    assert mean[-1] == pytest.approx(np.mean(finals)) and std[-1] == pytest.approx(np.std(finals))
+    assert np.all(np.diff(mean) >= 0) and phases.size >= 1
+
+    png = tmp_path / "eps.png"
+    result = _run("plot", str(a), str(b), "-o", str(png), "--metric", "epsilon")
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    simple = tmp_path / "simple.png"
+    result = _run("plot", str(a), str(b), "-o", str(simple), "--metric", "local_simple_regret")
+    assert result.exit_code == 0, result.output
+    assert simple.stat().st_size > 5_000
+
+    # a results file without privacy data: a clear error naming the file
+    assert _run("run", str(_tiny_config(tmp_path, 0, "np"))).exit_code == 0
+    plain = tmp_path / "np" / "results.json"
+    result = _run("plot", str(a), str(plain), "-o", str(tmp_path / "x.png"), "--metric", "epsilon")
+    _assert_clean_error(result, "epsilon_by_phase")
+    assert "results.json" in result.output and "np" in result.output
+
+
+def test_federated_progress_shows_phase_evaluations_and_epsilon(tmp_path):
+    seen: list[tuple] = []
+
+    def progress(done, total, cum, *, phase=None, evaluations=None, epsilon=None):
+        seen.append((done, total, phase, evaluations, epsilon))
+
+    progress.details = True
+    results, _ = _dp_results(tmp_path, 0, "p", progress)
+    assert seen and all(s[2] is not None and s[4] is not None for s in seen)
+    last = seen[-1]
+    assert last[0] == 3000 and last[3] == 3 * 3000
+    assert last[4] == results.runs[-1].privacy["max_epsilon"]
+    assert len(seen) <= 2 * 210  # at most about 200 calls per run
+    for prev, cur in itertools.pairwise(seen):
+        if cur[0] > prev[0]:  # within a run: phases, evaluations and epsilon never go back
+            assert cur[2] >= prev[2] and cur[3] >= prev[3] and cur[4] >= prev[4]
+
+    plain: list[tuple] = []
+    _dp_results(tmp_path, 0, "q", lambda done, total, cum: plain.append((done, total)))
+    assert [s[:2] for s in seen] == plain  # a plain callback: the same calls, no details
+
+
+def test_run_progress_bar_shows_phase_evaluations_and_epsilon(tmp_path, monkeypatch):
+    example = Path(__file__).resolve().parents[2] / "examples" / "dpfedpne_garland.toml"
+    monkeypatch.chdir(tmp_path)  # the example's ledger path is relative
+    monkeypatch.setenv("COLUMNS", "220")
+    result = _run("run", str(example), "--budget", "3000", "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    eps = load_results(tmp_path / "out" / "results.json").runs[0].privacy["max_epsilon"]
+    bar = next(line for line in result.output.splitlines() if "rounds" in line)
+    assert "3000/3000" in bar and "phase " in bar and " evals" in bar
+    assert f"ε {eps:.3f}" in bar
