@@ -869,7 +869,14 @@ def reproduce(
     list_: Annotated[
         bool, typer.Option("--list", help="List the experiments with a description and exit.")
     ] = False,
-    seeds: Annotated[int, typer.Option(help="Runs per algorithm (seeds 0..N-1).")] = 10,
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            help="Runs per algorithm (seeds 0..N-1); default: the experiment's own (10, 5 for "
+            "dpftsde-landmine).",
+            show_default=False,
+        ),
+    ] = None,
     budget: Annotated[
         int | None,
         typer.Option(help="Override T, evaluations per client (per player).", show_default=False),

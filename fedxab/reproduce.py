@@ -27,6 +27,14 @@ landmine, uniform noise on [-0.1, 0.1], 10 seeds):
   simple regret, so the anytime curve is rebuilt from the coordinator's per-level record (the
   recommendation after a completed level is the centre of its best node, the root's centre before
   the first level completes) and written next to ``results.json`` as ``simple_regret.json``.
+- ``dpftsde-*`` (DP-FTS-DE paper [DP], Fig. 2c, 2d, 3a; spec-dpftsde §6, §7): DP-FTS-DE over a
+  grid of sampling rates q and noise multipliers z (the ``[privacy]`` section: the moments
+  accountant, delta = 1 / N^1.1), FTS-DE, FTS (one region) and standard TS; N = 200 agents on
+  perturbed copies of a GP sample with T = 40, or the 29 landmine fields with T = 60, after 10
+  initial points each; metric: the local simple regret (mean over agents of the best-so-far
+  regret; on landmine 1 - best validation AUC) against the BO iteration. Besides the figure,
+  :func:`write_privacy_utility` writes the privacy-utility table (``privacy_utility.json`` and
+  ``.md``): epsilon from each run's ledger next to the final regret, mean ± std over seeds.
 
 The landmine experiments read ``LandmineData.mat`` from ``$FEDXAB_LANDMINE`` (or fail before any
 run with the message saying where to get it) and need scikit-learn.
@@ -55,6 +63,8 @@ from fedxab.errors import FedxabError
 
 __all__ = [
     "EXPERIMENTS",
+    "PRIVACY_UTILITY_JSON",
+    "PRIVACY_UTILITY_MD",
     "SIMPLE_REGRET_FILENAME",
     "Entry",
     "EntryResult",
@@ -68,15 +78,22 @@ __all__ = [
     "make_plan",
     "pilot",
     "plot_plan",
+    "privacy_utility",
     "run_plan",
+    "write_privacy_utility",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEEDS = 10
+LANDMINE_DPFTSDE_SEEDS = 5
+"""dpftsde-landmine's default: a seed (12 algorithms, 29 agents) takes about 1 h 40 min on a
+2-core machine, most of it in the global regret's M SVM fits per evaluation."""
 DEFAULT_OUTPUT = Path("results") / "reproduce"
 SIMPLE_REGRET_FILENAME = "simple_regret.json"
 MANIFEST_FILENAME = "reproduce.json"
+PRIVACY_UTILITY_JSON = "privacy_utility.json"
+PRIVACY_UTILITY_MD = "privacy_utility.md"
 _PILOT_MIN, _PILOT_FRACTION = 200, 20
 _PILOT_MIN_TIME = 0.02  # seconds: shorter pilot runs are too noisy to fit a growth rate
 
@@ -96,6 +113,12 @@ class Entry:
     algorithm: Mapping[str, Any]
     color: str
     clients: int | None = None
+    privacy: Mapping[str, Any] | None = None
+    """The ``[privacy]`` table of a private algorithm (its epsilon goes in the privacy-utility
+    table); None for the others."""
+    paper_epsilon: float | None = None
+    """The epsilon the paper reports for this entry at the experiment's N and T (spec-dpftsde
+    §4.3), shown next to the measured one; the measured one always comes from the ledger."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +136,8 @@ class Experiment:
     """The ``[objective]`` table, noise included."""
     heterogeneity: str
     metric: str
-    """"cumulative_regret" (global), "local_cumulative_regret" or "simple_regret"."""
+    """"cumulative_regret" (global), "local_cumulative_regret", "simple_regret" or
+    "local_simple_regret"."""
     budget: int
     clients: int
     entries: tuple[Entry, ...]
@@ -121,6 +145,27 @@ class Experiment:
     """What the figure's caption should say about the setting (noise, heterogeneity)."""
     paper_reports: str
     """What the paper reports (spec §11), for the docs."""
+    ylabel: str | None = None
+    """The y axis label when it is not the metric's usual one."""
+    initial_points: int = 0
+    """Random initial evaluations before the first BO iteration (DP-FTS-DE's 10): the x axis
+    counts BO iterations, the initialisation at t <= 0, and T counts the iterations."""
+    log_y: bool = False
+    """A log-scale y axis (the synthetic simple regret falls by three orders of magnitude)."""
+    seeds: int = DEFAULT_SEEDS
+    """The default number of seeds (fewer than 10 where a full run takes many hours)."""
+    pilot_clients: int | None = None
+    """Time the pilot runs with this many clients (at the full budget) and scale the run time to
+    M: for the Thompson-sampling experiments, whose agents each cost the same and whose short
+    budget makes a pilot at T / 20 meaningless."""
+    pilot_quadratic: bool = False
+    """Whether the run time grows like M^2 (see :func:`pilot`): the global objective is the mean
+    of the M clients' (landmine fields), evaluated at every client's point."""
+
+    @property
+    def private(self) -> bool:
+        """Whether some entry is private: the experiment has a privacy-utility table."""
+        return any(e.privacy is not None for e in self.entries)
 
     @property
     def needs_landmine(self) -> bool:
@@ -260,6 +305,178 @@ def _p2(name: str, figure: str, title: str, objective: Mapping[str, Any], n: int
 
 _LANDMINE = {"name": "landmine", "noise": "none"}
 
+# DP-FTS-DE ([DP], spec-dpftsde §6, §7): the synthetic functions (App. B.1.1) and landmine (§7.2)
+_MOMENTS = {"accountant": "moments"}  # the paper's accountant; delta = 1 / N^1.1 (the default)
+_DP_SYNTHETIC_GP = {
+    "n_features": 50,
+    "lengthscale": 0.03,
+    "noise_variance": 0.01,
+    "grid_size": 1000,
+}
+_DP_SYNTHETIC_OWN = {  # the agents' own GP keeps the generating kernel's hyperparameters
+    "own_fit_every": 0,
+    "own_lengthscale": 0.03,
+    "own_signal_variance": 1.0,
+    "own_noise_variance": 0.01,
+}
+_DP_SYNTHETIC_DE = {"regions": 2, "weights": "synthetic", "p_schedule": "1/sqrt(t)"}
+_DP_LANDMINE_DE = {
+    "n_features": 100,
+    "lengthscale": 0.01,
+    "noise_variance": 1e-6,
+    "regions": 4,
+    "weights": "real",
+    "p_schedule": "1/t",
+}
+# spec-dpftsde §4.3: epsilon after T releases at delta = N^-1.1 (moments accountant)
+_DP_SYNTHETIC_EPSILON = {
+    (0.15, 1.0): 5.93,
+    (0.25, 1.0): 9.91,
+    (0.5, 1.0): 20.12,
+    (0.25, 1.2): 7.39,
+    (0.25, 1.5): 5.22,
+}
+_DP_LANDMINE_EPSILON = {
+    (0.35, 1.0): 15.17,
+    (0.35, 1.6): 7.12,
+    (0.35, 2.0): 5.14,
+    (0.35, 3.0): 3.05,
+    (0.35, 4.0): 2.16,
+    (0.1, 1.0): 3.75,
+    (0.15, 1.0): 5.98,
+    (0.2, 1.0): 7.69,
+    (0.25, 1.0): 9.82,
+}
+
+
+def _dpftsde(
+    q: float, z: float, color: str, params: Mapping[str, Any], clip: float, paper: float | None
+) -> Entry:
+    return Entry(
+        f"dpftsde-q{q:g}-z{z:g}",
+        f"DP-FTS-DE (q = {q:g}, z = {z:g})",
+        {"name": "dpftsde", **params, "q": q, "z": z, "clip": clip},
+        color,
+        privacy=_MOMENTS,
+        paper_epsilon=paper,
+    )
+
+
+def _ts_baselines(de: Mapping[str, Any], own: Mapping[str, Any]) -> tuple[Entry, ...]:
+    """FTS-DE (no privacy), FTS (one region: uniform weights, whole-domain initialisation) and
+    standard TS (no communication), with the DP entries' features and own-GP settings."""
+    shared = {k: v for k, v in de.items() if k not in ("regions", "weights")}
+    ts = {k: v for k, v in de.items() if k == "grid_size"}
+    return (
+        Entry(
+            "ftsde",
+            f"FTS-DE (P = {de['regions']}, no privacy)",
+            {"name": "ftsde", **de, **own},
+            "C0",
+        ),
+        Entry(
+            "fts", "FTS (no DE, no privacy)", {"name": "ftsde", **shared, "regions": 1, **own}, "C4"
+        ),
+        Entry("ts", "TS (no communication)", {"name": "ts", **ts, **own}, "0.45"),
+    )
+
+
+_DP_SYNTHETIC_SETTING = (
+    r"GP sample ($\ell$ = 0.03, 1000-point grid), $f^n = f \pm 0.02$, noise N(0, 0.01), "
+    "P = 2, S = 11"
+)
+_DP_SYNTHETIC_BASELINES = (
+    "Fig. 2a (no DP): TS is worst, FTS better than TS, FTS-DE considerably better than FTS."
+)
+
+
+def _dp_synthetic(sweep: str) -> Experiment:
+    if sweep == "q":
+        grid, colors = [(0.15, 1.0), (0.25, 1.0), (0.5, 1.0)], ["C3", "C1", "C2"]
+        figure, trend = "[DP] Fig. 2(c)", "Larger q gives better utility"
+    else:
+        grid, colors = [(0.25, 1.0), (0.25, 1.2), (0.25, 1.5)], ["C1", "C3", "C5"]
+        figure, trend = "[DP] Fig. 2(d)", "Smaller z gives better utility"
+    params = {**_DP_SYNTHETIC_GP, **_DP_SYNTHETIC_DE, **_DP_SYNTHETIC_OWN}
+    dp = tuple(
+        _dpftsde(q, z, c, params, 11.0, _DP_SYNTHETIC_EPSILON[(q, z)])
+        for (q, z), c in zip(grid, colors, strict=True)
+    )
+    values = ", ".join(
+        f"{_DP_SYNTHETIC_EPSILON[qz]} ({sweep} = {qz[0] if sweep == 'q' else qz[1]:g})"
+        for qz in grid
+    )
+    fixed = "z = 1" if sweep == "q" else "q = 0.25"
+    return Experiment(
+        name=f"dpftsde-synthetic-{sweep}",
+        figure=figure,
+        title="GP-sampled synthetic functions",
+        description=(
+            f"synthetic GP functions, N = 200, T = 40: DP-FTS-DE {sweep}-sweep ({fixed}), "
+            "FTS-DE, FTS, TS; simple regret and epsilon"
+        ),
+        objective={"name": "gp-grid", "noise": {"name": "gaussian", "sigma": 0.1}},
+        heterogeneity="gp-perturbed",
+        metric="local_simple_regret",
+        budget=50,
+        clients=200,
+        entries=dp + _ts_baselines({**_DP_SYNTHETIC_GP, **_DP_SYNTHETIC_DE}, _DP_SYNTHETIC_OWN),
+        setting=_DP_SYNTHETIC_SETTING,
+        paper_reports=(
+            f"{figure}: {trend}, with epsilon after T = 40 of {values} (moments accountant, "
+            f"delta = 200^-1.1). {_DP_SYNTHETIC_BASELINES} The paper gives no absolute regret "
+            "values: the checks are the orderings and the epsilons."
+        ),
+        ylabel="simple regret (mean over agents)",
+        initial_points=10,
+        log_y=True,
+        pilot_clients=20,
+    )
+
+
+def _dp_landmine() -> Experiment:
+    z_sweep = [(0.35, z) for z in (1.0, 1.6, 2.0, 3.0, 4.0)]
+    q_sweep = [(q, 1.0) for q in (0.1, 0.15, 0.2, 0.25)]
+    greens = ["#00441b", "#006d2c", "#31a354", "#74c476", "#a1d99b"]  # the paper's series
+    reds = ["#a50f15", "#de2d26", "#fb6a4a", "#fc9272"]
+    dp = tuple(
+        _dpftsde(q, z, c, _DP_LANDMINE_DE, 22.0, _DP_LANDMINE_EPSILON[(q, z)])
+        for (q, z), c in zip(z_sweep + q_sweep, greens + reds, strict=True)
+    )
+    values = ", ".join(
+        f"{eps} (q = {q:g}, z = {z:g})" for (q, z), eps in _DP_LANDMINE_EPSILON.items()
+    )
+    return Experiment(
+        name="dpftsde-landmine",
+        figure="[DP] Fig. 3(a)",
+        title="landmine SVM",
+        description=(
+            "landmine SVM tuning, N = 29 fields, T = 60: DP-FTS-DE z- and q-sweeps, FTS-DE, "
+            "FTS, TS; 1 - best AUC and epsilon"
+        ),
+        objective=_LANDMINE,
+        heterogeneity="fields",
+        metric="local_simple_regret",
+        budget=70,
+        clients=29,
+        entries=dp + _ts_baselines(_DP_LANDMINE_DE, {}),
+        setting="one field per agent, validation AUC of an RBF SVM over (C, gamma); P = 4, S = 22",
+        paper_reports=(
+            "[DP] Fig. 3(a), after 60 iterations: with single-digit epsilon DP-FTS-DE is "
+            "competitive and significantly outperforms TS; a clear privacy-utility trade-off "
+            "(smaller epsilon, generally worse utility); FTS-DE and some DP-FTS-DE settings beat "
+            "FTS without DE. Fig. 3(d): DP-FTS-DE and FTS-DE converge faster than TS, a larger z "
+            "or a smaller q generally slows convergence. Epsilon at delta = 29^-1.1, T = 60 "
+            f"(the release's analysis notebook, moments accountant): {values}. The paper gives "
+            "no absolute AUC values."
+        ),
+        ylabel="1 − best validation AUC (mean over agents)",
+        initial_points=10,
+        pilot_clients=6,
+        pilot_quadratic=True,
+        seeds=LANDMINE_DPFTSDE_SEEDS,
+    )
+
 
 def _synthetic(name: str, **params: Any) -> dict[str, Any]:
     return {"name": name, **params, "noise": _UNIFORM}
@@ -303,6 +520,9 @@ EXPERIMENTS: dict[str, Experiment] = {
             {"name": "garland", "noise": _TRUNCATED},
             10_000,
         ),
+        _dp_synthetic("q"),
+        _dp_synthetic("z"),
+        _dp_landmine(),
     )
 }
 """Every figure ``fedxab reproduce`` knows, by name."""
@@ -371,7 +591,7 @@ def _positive(option: str, value: int | None) -> int | None:
 def make_plan(
     name: str,
     *,
-    seeds: int = DEFAULT_SEEDS,
+    seeds: int | None = None,
     budget: int | None = None,
     clients: int | None = None,
     output: str | os.PathLike[str] | None = None,
@@ -381,8 +601,9 @@ def make_plan(
     """The configs of experiment ``name`` with the overrides, validated (bad values and missing
     landmine data raise a :class:`FedxabError` here, before anything runs).
 
-    Seeds are ``0 .. seeds-1``; ``budget`` is T per client (n per player for ``parallel-*``);
-    ``clients`` is M (not allowed for ``parallel-*``, whose entries fix m). Results go to
+    Seeds are ``0 .. seeds-1`` (default: the experiment's ``seeds``); ``budget`` is T per client
+    (n per player for ``parallel-*``); ``clients`` is M (not allowed for ``parallel-*``, whose
+    entries fix m). Results go to
     ``output/<entry>/results.json`` (default ``results/reproduce/NAME``), the figure to
     ``figure`` (default ``output/NAME.png``). ``validate=False`` skips building the objectives
     and algorithms (enough to find and plot earlier results, without the landmine data).
@@ -390,7 +611,7 @@ def make_plan(
     from fedxab.config import config_from_dict
 
     exp = get_experiment(name)
-    seeds = _positive("--seeds", seeds)  # type: ignore[assignment]
+    seeds = exp.seeds if seeds is None else _positive("--seeds", seeds)  # type: ignore[assignment]
     budget = _positive("--budget", budget)
     clients = _positive("--clients", clients)
     if clients is not None and exp.fixed_clients:
@@ -407,22 +628,22 @@ def make_plan(
     for entry in exp.entries:
         m = entry.clients if entry.clients is not None else (clients or exp.clients)
         directory = out / entry.key
-        config = config_from_dict(
-            {
-                "run": {
-                    "seed": 0,
-                    "repeats": seeds,
-                    "budget": horizon,
-                    "output": directory.as_posix(),
-                },
-                "objective": dict(exp.objective),
-                "algorithm": dict(entry.algorithm),
-                "federation": {"clients": m, "heterogeneity": exp.heterogeneity},
+        table: dict[str, Any] = {
+            "run": {
+                "seed": 0,
+                "repeats": seeds,
+                "budget": horizon,
+                "output": directory.as_posix(),
             },
-            validate=validate,
-        )
+            "objective": dict(exp.objective),
+            "algorithm": dict(entry.algorithm),
+            "federation": {"clients": m, "heterogeneity": exp.heterogeneity},
+        }
+        if entry.privacy is not None:
+            table["privacy"] = dict(entry.privacy)
+        config = config_from_dict(table, validate=validate)
         planned.append(PlannedEntry(entry, config, directory))
-    overrides = {"seeds": seeds} if seeds != DEFAULT_SEEDS else {}
+    overrides = {"seeds": seeds} if seeds != exp.seeds else {}
     if budget is not None:
         overrides["budget"] = budget
     if clients is not None:
@@ -443,6 +664,9 @@ class PilotTiming:
     exponent: float
     """The measured growth rate b of the run time, ``time ~ T^b`` (1 when too fast to tell)."""
     estimate_s: float
+    clients: tuple[int, int] | None = None
+    """The clients of the two pilot runs at the full budget (``Experiment.pilot_clients``), or
+    None when the pilots vary the budget."""
 
 
 def pilot_budget(budget: int) -> int:
@@ -469,8 +693,28 @@ def pilot(
     rate measured between the two pilots (clipped to [0.5, 1.5]; 1 when the pilot is too fast to
     time). Linear extrapolation (b = 1) overestimated the landmine runs about two-fold (later
     evaluations hit the SVM cache) and local HCT on the synthetic functions.
+
+    Experiments with ``pilot_clients`` (the Thompson-sampling ones: T of only 50 or 70) instead
+    time a run at the full budget with ``C = pilot_clients`` clients and scale it to M: linearly
+    (every agent does the same work), or, with ``pilot_quadratic``, by ``a M + c M^2`` (a, c >= 0)
+    fitted through a second run with C / 2 clients: the global regret evaluates the global
+    objective at every agent's point, and on landmine that is the mean of all M fields (M SVM
+    fits per evaluation; a linear extrapolation from 6 agents underestimated the full 29-agent
+    run 2.5-fold, the fit from 3 and 6 agents was within 5 %). The run time hardly depends on q
+    and z, so one entry per algorithm is timed and the others share its estimate. With M <= C,
+    one run with M clients is timed and is the estimate.
     """
     out: dict[str, PilotTiming] = {}
+    if plan.experiment.pilot_clients is not None:
+        by_algorithm: dict[str, PilotTiming] = {}
+        for pe in plan.entries:
+            name = pe.config.algorithm.name
+            if name not in by_algorithm:
+                if on_entry is not None:
+                    on_entry(pe)
+                by_algorithm[name] = _pilot_clients(plan, pe)
+            out[pe.entry.key] = dataclasses.replace(by_algorithm[name], key=pe.entry.key)
+        return out
     large = pilot_budget(plan.budget)
     small = max(1, large // 4)
     for pe in plan.entries:
@@ -487,6 +731,42 @@ def pilot(
             pe.entry.key, (small, large), setup, (run_small, run_large), exponent, estimate
         )
     return out
+
+
+def _with_clients(config: Any, clients: int) -> Any:
+    from fedxab.config import config_from_dict
+
+    data = config.to_dict()
+    data["run"]["repeats"] = 1
+    data["federation"]["clients"] = clients
+    return config_from_dict(data, validate=False)  # the plan validated it; the run builds it
+
+
+def _pilot_clients(plan: Plan, pe: PlannedEntry) -> PilotTiming:
+    """Seed 0 of ``pe`` at the full budget with C = ``pilot_clients`` clients (and C / 2 for a
+    quadratic fit), extrapolated to M (see :func:`pilot`)."""
+    m = pe.config.federation.clients
+    large = min(m, plan.experiment.pilot_clients or m)
+    small = max(1, large // 2)
+    budgets = (plan.budget, plan.budget)
+    if large == m or small == large or not plan.experiment.pilot_quadratic:
+        setup, run = _timed(_with_clients(pe.config, large))
+        estimate = setup + run * m / large
+        return PilotTiming(pe.entry.key, budgets, setup, (run, run), 1.0, estimate, (large, large))
+    _, run_small = _timed(_with_clients(pe.config, small))
+    setup, run_large = _timed(_with_clients(pe.config, large))
+    # run(C) = a C + c C^2 through both points; a, c >= 0
+    c = (run_large / large - run_small / small) / (large - small)
+    a = run_large / large - c * large
+    if c < 0:
+        a, c = run_large / large, 0.0
+    elif a < 0:
+        a, c = 0.0, run_large / large**2
+    estimate = setup + a * m + c * m * m
+    exponent = math.log(estimate / max(setup + run_large, 1e-9)) / math.log(m / large)
+    return PilotTiming(
+        pe.entry.key, budgets, setup, (run_small, run_large), exponent, estimate, (small, large)
+    )
 
 
 # -------------------------------------------------------------------------------------- run
@@ -510,9 +790,29 @@ class EntryResult:
                 raise ReproduceError(f"{self.planned.entry.key}: no simple-regret curves")
             curves = self.simple_regret
             return self.rounds, curves.mean(axis=0), curves.std(axis=0)
+        if metric == "local_simple_regret":
+            curves = self.local_simple_regret()
+            return self.rounds, curves.mean(axis=0), curves.std(axis=0)
         from fedxab.monitoring.plots import regret_band
 
         return regret_band(self.results, metric)
+
+    def local_simple_regret(self) -> np.ndarray:
+        """(seeds, len(rounds)): each run's mean over clients of the best local regret so far
+        (spec-dpftsde §7.1), checked to share the first run's rounds."""
+        where = self.results.source or self.planned.results_path
+        rounds = self.rounds
+        curves = []
+        for i, run in enumerate(self.results.runs):
+            if run.local_simple_regret is None:
+                raise ReproduceError(
+                    f"{where}: runs[{i}] has no local_simple_regret (federated runs record it "
+                    "when every client's optimum is known)"
+                )
+            if run.rounds.shape != rounds.shape or np.any(run.rounds != rounds):
+                raise ReproduceError(f"{where}: runs[{i}] has a different rounds grid")
+            curves.append(run.local_simple_regret)
+        return np.vstack(curves)
 
     def final(self, metric: str) -> tuple[float, float]:
         """Mean and std over seeds of ``metric`` at the last round."""
@@ -675,7 +975,35 @@ _YLABEL = {
     "cumulative_regret": "average global cumulative regret per client",
     "local_cumulative_regret": "average local cumulative regret per client",
     "simple_regret": "loss f* − f(x(t))",
+    "local_simple_regret": "simple regret (mean over agents)",
 }
+
+
+def _ylabel(exp: Experiment) -> str:
+    return exp.ylabel or _YLABEL[exp.metric]
+
+
+def _iterations(plan: Plan) -> str:
+    """T as the figure and the command line say it."""
+    n0 = plan.experiment.initial_points
+    if n0:
+        return f"T = {plan.budget - n0:,} iterations after {n0} initial points"
+    return f"T = {plan.budget:,}"
+
+
+def _epsilon(res: EntryResult) -> tuple[float, float] | None:
+    """Mean and std over seeds of each run's largest client epsilon (from its ledger), or None
+    for a non-private entry."""
+    blocks = [run.privacy for run in res.results.runs]
+    if res.planned.entry.privacy is None and all(b is None for b in blocks):
+        return None
+    if any(b is None for b in blocks):
+        raise ReproduceError(
+            f"{res.planned.results_path}: a run of the private {res.planned.entry.key} has no "
+            "privacy block"
+        )
+    eps = np.array([float(b["max_epsilon"]) for b in blocks])  # type: ignore[index]
+    return float(eps.mean()), float(eps.std())
 
 
 def plot_plan(
@@ -689,21 +1017,28 @@ def plot_plan(
 
     exp = plan.experiment
     metric = exp.metric
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    many = len(results) > 6
+    fig = Figure(figsize=(7.2, 4.8) if many else (6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
     bands = [res.band(metric) for res in results]
-    floor = None
-    if metric == "simple_regret":  # log scale: clip the lower band edge above zero
+    log_y = metric == "simple_regret" or exp.log_y
+    floor = 0.0 if metric == "local_simple_regret" else None
+    if log_y:  # log scale: clip the lower band edge above zero
         positive = np.concatenate([mean[mean > 0] for _, mean, _ in bands])
         floor = float(positive.min()) / 3 if positive.size else 1e-6
     styles = ("-", "--", "-.", ":")
     for i, (res, (rounds, mean, std)) in enumerate(zip(results, bands, strict=True)):
         entry = res.planned.entry
         z = 2 * (len(results) - i)  # the first entry (the paper's method) on top
+        label = entry.label
+        eps = _epsilon(res)
+        if eps is not None:
+            label += f", ε = {eps[0]:.2f}"
+        rounds = rounds - exp.initial_points  # BO iterations: the initialisation at t <= 0
         ax.plot(
             rounds,
             mean,
-            label=entry.label,
+            label=label,
             color=entry.color,
             linestyle=styles[i % len(styles)],
             linewidth=1.6,
@@ -713,28 +1048,34 @@ def plot_plan(
         ax.fill_between(
             rounds, low, mean + std, color=entry.color, alpha=0.2, linewidth=0, zorder=z
         )
-    if metric == "simple_regret":
+    if log_y:
         ax.set_yscale("log")
+    if metric == "simple_regret":
         ax.set_xlabel("time step t (evaluations per player)")
+    elif exp.initial_points:
+        ax.axvline(0, color="0.6", linewidth=0.8, linestyle=":", zorder=0)
+        ax.set_xlabel(f"iteration t (t ≤ 0: the {exp.initial_points} initial points)")
     else:
         ax.set_xlabel("round t (evaluations per client)")
-    ax.set_ylabel(_YLABEL[metric])
+    ax.set_ylabel(_ylabel(exp))
     first = plan.entries[0].config
     who = (
         f"n = {plan.budget:,} per player"
         if exp.fixed_clients
+        else f"N = {first.federation.clients} agents, {_iterations(plan)}"
+        if exp.initial_points
         else f"M = {first.federation.clients} clients, T = {plan.budget:,}"
     )
     seeds = len(results[0].results.runs) if results else plan.seeds
     fig.suptitle(f"{exp.title}: {exp.figure}  ({exp.name})", fontsize=11)
     ax.set_title(f"{who}, mean ± 1 std over {seeds} seeds\n{exp.setting}", fontsize=8, color="0.3")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best", fontsize=7 if many else 8, ncol=2 if many else 1)
     out = Path(out_path) if out_path is not None else plan.figure
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".png":
-            _save_small_png(fig, out, dpi)
+            _save_small_png(fig, out, dpi, colors=None if many else 128)
         else:
             fig.savefig(out, dpi=dpi)
     except (OSError, ValueError) as exc:
@@ -743,9 +1084,11 @@ def plot_plan(
     return out
 
 
-def _save_small_png(fig: Any, out: Path, dpi: int) -> None:
+def _save_small_png(fig: Any, out: Path, dpi: int, colors: int | None = 128) -> None:
     """Save ``fig`` as a PNG with a 128-colour palette (about a third of the size of the RGBA
-    file, no visible difference on these line plots: small enough to commit under docs/)."""
+    file, no visible difference on these line plots: small enough to commit under docs/);
+    ``colors=None``: RGB, for a dozen curves, whose bands' blends would take over the palette
+    and turn a thin line's colour into a neighbour's."""
     import io
 
     from PIL import Image  # a dependency of matplotlib
@@ -755,9 +1098,10 @@ def _save_small_png(fig: Any, out: Path, dpi: int) -> None:
     buf.seek(0)
     with Image.open(buf) as img:
         rgb = img.convert("RGB")
-    palette = rgb.quantize(colors=128, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    if colors is not None:
+        rgb = rgb.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     tmp = out.with_name(f".{out.name}.tmp")
-    palette.save(tmp, format="PNG", optimize=True)
+    rgb.save(tmp, format="PNG", optimize=True)
     os.replace(tmp, out)
 
 
@@ -788,6 +1132,7 @@ def write_manifest(
                 "clients": res.planned.config.federation.clients,
                 "results": f"{res.planned.entry.key}/results.json",
                 "final": {"metric": exp.metric, "mean": mean, "std": std},
+                "privacy": res.results.privacy,
                 "communication_rounds": comm.get("rounds"),
                 "wall_time_s": float(sum(r.wall_time_s for r in res.results.runs)),
             }
@@ -809,6 +1154,178 @@ def write_manifest(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+# ------------------------------------------------------------------------ privacy-utility table
+def _stats(values: np.ndarray) -> dict[str, Any]:
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "per_seed": [float(v) for v in values],
+    }
+
+
+def privacy_utility(plan: Plan, results: Sequence[EntryResult]) -> dict[str, Any]:
+    """The privacy-utility table of a DP-FTS-DE figure, computed from the results: per entry,
+    epsilon (each run's largest client epsilon, recomputed from its ledger by the configured
+    accountant; mean and std over seeds; None for a non-private entry), delta, and the final
+    local simple regret (mean and population std over seeds); for landmine also the best
+    validation AUC, 1 - that regret (the objective's optimum is an AUC of 1)."""
+    exp = plan.experiment
+    rows = []
+    for res in results:
+        entry = res.planned.entry
+        runs = res.results.runs
+        final = res.local_simple_regret()[:, -1]
+        private = _epsilon(res) is not None
+        blocks = [run.privacy for run in runs] if private else []
+        params = res.planned.config.algorithm_params()
+        row: dict[str, Any] = {
+            "key": entry.key,
+            "label": entry.label,
+            "algorithm": res.results.algorithm,
+            "q": params.get("q") if private else None,
+            "z": params.get("z") if private else None,
+            "seeds": [int(run.seed) for run in runs],
+            "private": private,
+            "accountant": blocks[0]["accountant"] if private else None,
+            "delta": float(blocks[0]["delta"]) if private else None,
+            "releases": max(max(b["releases"], default=0) for b in blocks) if private else None,
+            "epsilon": (
+                _stats(np.array([float(b["max_epsilon"]) for b in blocks])) if private else None
+            ),
+            "paper_epsilon": entry.paper_epsilon,
+            "local_simple_regret": _stats(final),
+        }
+        if exp.needs_landmine:
+            auc = 1.0 - final
+            row["best_auc"] = _stats(auc)
+        rows.append(row)
+    n0 = exp.initial_points
+    first = plan.entries[0].config
+    return {
+        "schema": "fedxab.privacy_utility/1",
+        "experiment": exp.name,
+        "figure": exp.figure,
+        "command": plan.command_line,
+        "clients": first.federation.clients,
+        "budget": plan.budget,
+        "iterations": plan.budget - n0,
+        "initial_points": n0,
+        "seeds": len(results[0].results.runs) if results else plan.seeds,
+        "epsilon": "largest epsilon over agents of each run, recomputed from its privacy ledger; "
+        "mean and std over seeds",
+        "utility": f"final {_ylabel(exp)}; mean and std over seeds",
+        "rows": rows,
+    }
+
+
+def _num(stats: Mapping[str, Any] | None, digits: int, *, constant: bool = False) -> str:
+    """``mean ± std``; just the mean when ``constant`` and the std rounds to 0 (epsilon, the
+    same at every seed unless agents withdrew)."""
+    if stats is None:
+        return "-"
+    mean, std = stats["mean"], stats["std"]
+    if constant and std < 0.5 * 10.0**-digits:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _decimals(values: Sequence[float], significant: int = 3, least: int = 4) -> int:
+    """Decimals giving the column's largest value ``significant`` digits (at least ``least``)."""
+    top = max((abs(v) for v in values if math.isfinite(v) and v != 0), default=1.0)
+    return max(least, significant - 1 - math.floor(math.log10(top)))
+
+
+def privacy_utility_rows(table: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The table's header and rows as text (for the markdown file and the console)."""
+    auc = any("best_auc" in r for r in table["rows"])
+    digits = _decimals([r["local_simple_regret"]["mean"] for r in table["rows"]])
+    header = ["algorithm", "epsilon", "epsilon (paper)", "delta", "final regret"]
+    if auc:
+        header.append("best AUC")
+    lines = []
+    for r in table["rows"]:
+        line = [
+            r["label"],
+            _num(r["epsilon"], 2, constant=True),
+            "-" if r["paper_epsilon"] is None else f"{r['paper_epsilon']:.2f}",
+            "-" if r["delta"] is None else f"{r['delta']:.4g}",
+            _num(r["local_simple_regret"], digits),
+        ]
+        if auc:
+            line.append(_num(r["best_auc"], digits))
+        lines.append(line)
+    return header, lines
+
+
+def _caption(table: Mapping[str, Any], plan: Plan) -> str:
+    accountants = sorted({r["accountant"] for r in table["rows"] if r["accountant"]})
+    return (
+        f"N = {table['clients']} agents, {_iterations(plan)}, {table['seeds']} "
+        f"seed{'s' if table['seeds'] != 1 else ''}. "
+        "epsilon: the largest over agents, recomputed from each run's privacy ledger "
+        f"({', '.join(accountants) or 'no'} accountant), mean over seeds (± std when it "
+        "varies); epsilon (paper): spec-dpftsde §4.3, at the paper's N and T. final regret: "
+        f"{_ylabel(plan.experiment)} at the last iteration, mean ± std over seeds"
+        + ("; best AUC = 1 − final regret." if plan.experiment.needs_landmine else ".")
+    )
+
+
+def write_privacy_utility(
+    plan: Plan, results: Sequence[EntryResult]
+) -> tuple[dict[str, Any], Path, Path]:
+    """Write ``OUTPUT/privacy_utility.json`` and ``OUTPUT/privacy_utility.md``."""
+    table = privacy_utility(plan, results)
+    plan.output.mkdir(parents=True, exist_ok=True)
+    json_path = plan.output / PRIVACY_UTILITY_JSON
+    json_path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    header, rows = privacy_utility_rows(table)
+    exp = plan.experiment
+    md = [
+        f"# {exp.name}: privacy-utility table ({exp.figure})",
+        "",
+        f"`{table['command']}`",
+        "",
+        _caption(table, plan),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
+    md_path = plan.output / PRIVACY_UTILITY_MD
+    md_path.write_text("\n".join(md), encoding="utf-8")
+    log.info("wrote %s and %s", json_path, md_path)
+    return table, json_path, md_path
+
+
+def _privacy_utility_table(table: Mapping[str, Any], plan: Plan) -> Any:
+    from rich.table import Table
+
+    header, rows = privacy_utility_rows(table)
+    out = Table(
+        title=f"{plan.experiment.name}: privacy-utility table",
+        title_justify="left",
+        caption=_caption(table, plan),
+        caption_justify="left",
+    )
+    for i, name in enumerate(header):
+        out.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
+def _print_privacy_utility(
+    console: Any, plan: Plan, results: Sequence[EntryResult], *, quiet: bool = False
+) -> None:
+    table, json_path, md_path = write_privacy_utility(plan, results)
+    if not quiet:
+        console.print(_privacy_utility_table(table, plan))
+    console.print(
+        f"privacy-utility table: {md_path} ({json_path.name})", soft_wrap=True, markup=False
+    )
 
 
 # ---------------------------------------------------------------------------------- command
@@ -836,7 +1353,7 @@ def _summary(plan: Plan, results: Sequence[EntryResult]) -> Any:
 
     metric = plan.experiment.metric
     table = Table(
-        title=f"{plan.experiment.name}: final {_YLABEL[metric]} (mean ± std over seeds)",
+        title=f"{plan.experiment.name}: final {_ylabel(plan.experiment)} (mean ± std over seeds)",
         title_justify="left",
     )
     table.add_column("algorithm")
@@ -849,7 +1366,7 @@ def _summary(plan: Plan, results: Sequence[EntryResult]) -> Any:
         mean, std = res.final(metric)
         comm = res.results.communication or {}
         rounds = comm.get("rounds")
-        digits = 4 if metric == "simple_regret" else 1
+        digits = 4 if metric in ("simple_regret", "local_simple_regret") else 1
         table.add_row(
             res.planned.entry.label,
             str(res.planned.config.federation.clients),
@@ -866,7 +1383,7 @@ def command(
     name: str | None,
     *,
     list_only: bool = False,
-    seeds: int = DEFAULT_SEEDS,
+    seeds: int | None = None,
     budget: int | None = None,
     clients: int | None = None,
     output: str | os.PathLike[str] | None = None,
@@ -906,6 +1423,8 @@ def command(
     if plot_only:
         results = load_plan_results(plan)
         path = plot_plan(plan, results)
+        if exp.private:
+            _print_privacy_utility(console, plan, results, quiet=quiet)
         console.print(f"figure: {path}", soft_wrap=True, markup=False)
         return path
 
@@ -915,7 +1434,12 @@ def command(
         f"[bold]fedxab reproduce {escape(exp.name)}[/bold] ({escape(exp.figure)}): "
         f"{len(plan.entries)} {'curves' if exp.fixed_clients else 'algorithms'} x "
         f"{plan.seeds} seeds, {who}, "
-        f"T = {plan.budget:,} evaluations per {'player' if exp.fixed_clients else 'client'}",
+        + (
+            f"{_iterations(plan)} per client"
+            if exp.initial_points
+            else f"T = {plan.budget:,} evaluations per "
+            f"{'player' if exp.fixed_clients else 'client'}"
+        ),
         soft_wrap=True,
     )
     t_pilot = time.perf_counter()
@@ -931,10 +1455,24 @@ def command(
     estimate = plan.seeds * sum(per_run.values())
     large = pilot_budget(plan.budget)
     if not quiet:
+        if exp.pilot_clients is not None:
+            m = plan.entries[0].config.federation.clients
+            small, large = next(iter(timings.values())).clients or (m, m)
+            names = sorted({pe.config.algorithm.name for pe in plan.entries})
+            pilots = f"{small} and {large}" if small < large else f"{large}"
+            how = (
+                f"1 seed of each of {', '.join(names)} with {pilots} of the {m} clients at the "
+                f"full budget, {_duration(pilot_s)}, extrapolated to {m} clients, "
+                f"x {plan.seeds} seeds"
+            )
+        else:
+            how = (
+                f"1 seed of each algorithm at T = {max(1, large // 4):,} and {large:,}, "
+                f"{_duration(pilot_s)}, extrapolated to T = {plan.budget:,} with the measured "
+                f"growth, x {plan.seeds} seeds"
+            )
         console.print(
-            f"estimated time: about {_duration(estimate)} (from timed pilot runs: 1 seed of each "
-            f"algorithm at T = {max(1, large // 4):,} and {large:,}, {_duration(pilot_s)}, "
-            f"extrapolated to T = {plan.budget:,} with the measured growth, x {plan.seeds} seeds)",
+            f"estimated time: about {_duration(estimate)} (from timed pilot runs: {how})",
             soft_wrap=True,
         )
         console.print(
@@ -983,6 +1521,9 @@ def command(
     write_manifest(plan, results, estimate_s=estimate, wall_time_s=wall, figure=path)
     if not quiet:
         console.print(_summary(plan, results))
+    if exp.private:
+        _print_privacy_utility(console, plan, results, quiet=quiet)
+    if not quiet:
         console.print(f"took {_duration(wall)} (estimated {_duration(estimate)})", soft_wrap=True)
     for res in results:
         console.print(f"results: {res.planned.results_path}", soft_wrap=True, markup=False)
