@@ -172,6 +172,20 @@ def stopped_phases(server: Any) -> dict[int, int]:
     return stopped | dict(getattr(server, "refused", {}))
 
 
+def observe_privacy(
+    metrics: FederationMetrics, run_ledger: RunLedger, n_clients: int, server: Any
+) -> None:
+    """Give ``metrics`` every client's epsilon so far (from ``run_ledger``), the budget, delta
+    and the clients whose releases stopped."""
+    budget = run_ledger.budget
+    metrics.on_privacy(
+        ledger_epsilons(run_ledger, range(n_clients)),
+        budget_epsilon=None if budget is None else budget.epsilon,
+        delta=run_ledger.delta,
+        withdrawn=stopped_phases(server),
+    )
+
+
 def expected_use(n_clients: int, budget: int, withdrawn: dict[int, Any]) -> np.ndarray:
     """Evaluations each client must have made at the end: its budget T, or for a client that
     withdrew the ``used`` count its withdrawal declared."""
@@ -596,13 +610,7 @@ class Federation:
     def _observe_privacy(self, metrics: FederationMetrics) -> None:
         """Every client's epsilon so far, from the ledger."""
         assert self.run_ledger is not None
-        budget = self.run_ledger.budget
-        metrics.on_privacy(
-            ledger_epsilons(self.run_ledger, range(self.n_clients)),
-            budget_epsilon=None if budget is None else budget.epsilon,
-            delta=self.run_ledger.delta,
-            withdrawn=stopped_phases(self.server),
-        )
+        observe_privacy(metrics, self.run_ledger, self.n_clients, self.server)
 
     @property
     def withdrawn(self) -> dict[int, Any]:

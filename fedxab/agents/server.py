@@ -49,8 +49,8 @@ from fedxab.agents.federation import (
     communication_block,
     expected_use,
     federated_record,
-    ledger_epsilons,
     make_family,
+    observe_privacy,
     phase_communication,
     start_metrics,
     stopped_phases,
@@ -424,13 +424,7 @@ class ServerAgent:
     def _observe_privacy(self, metrics: FederationMetrics) -> None:
         """Central DP: every client's epsilon so far, from the server's own ledger."""
         assert self.run_ledger is not None
-        budget = self.run_ledger.budget
-        metrics.on_privacy(
-            ledger_epsilons(self.run_ledger, range(self.n_clients)),
-            budget_epsilon=None if budget is None else budget.epsilon,
-            delta=self.run_ledger.delta,
-            withdrawn=stopped_phases(self.server),
-        )
+        observe_privacy(metrics, self.run_ledger, self.n_clients, self.server)
 
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic,
