@@ -820,8 +820,11 @@ class EntryResult:
         return float(mean[-1]), float(std[-1])
 
 
-RunProgress = Callable[[PlannedEntry, int, int, int], None]
-"""``(entry, seed index, rounds done, T)``; called at the start of every run and as it goes."""
+RunProgress = Callable[..., None]
+"""``(entry, seed index, rounds done, T)``; called at the start of every run and as it goes.
+A callback with a true ``details`` attribute also gets the run's ``regret`` (cumulative, averaged
+over clients) and, from the federated runner, the ``phase``, ``evaluations`` and ``epsilon``
+keywords."""
 
 
 def _loss_curve(fed: Any, rounds: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
@@ -925,9 +928,17 @@ def run_plan(
             if progress is not None:
                 progress(pe, k, 0, plan.budget)
 
-        def on_progress(rounds: int, total: int, cum: float, pe=pe, state=state) -> None:
-            if progress is not None:
+        def on_progress(
+            rounds: int, total: int, cum: float, pe=pe, state=state, **details: Any
+        ) -> None:
+            if progress is None:
+                return
+            if getattr(progress, "details", False):  # regret, phase, evaluations, epsilon
+                progress(pe, state["seed"], rounds, total, regret=cum, **details)
+            else:
                 progress(pe, state["seed"], rounds, total)
+
+        on_progress.details = True  # type: ignore[attr-defined]
 
         if plan.experiment.metric == "simple_regret":
             pe.directory.mkdir(parents=True, exist_ok=True)
@@ -1329,6 +1340,25 @@ def _print_privacy_utility(
 
 
 # ---------------------------------------------------------------------------------- command
+def _status(
+    regret: float | None = None,
+    phase: int | None = None,
+    evaluations: int | None = None,
+    epsilon: float | None = None,
+) -> str:
+    """The progress bar's detail: regret so far, phase, evaluations and epsilon, where known."""
+    parts = []
+    if regret is not None and math.isfinite(regret):
+        parts.append(f"regret {regret:.3f}")
+    if phase is not None:
+        parts.append(f"phase {phase}")
+    if evaluations is not None:
+        parts.append(f"{evaluations:,} evals")
+    if epsilon is not None:
+        parts.append(f"ε {epsilon:.2f}")
+    return " · ".join(parts)
+
+
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
@@ -1489,6 +1519,7 @@ def command(
         BarColumn(),
         TaskProgressColumn(),
         TextColumn("{task.fields[runs]}"),
+        TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
         TextColumn("left"),
         TimeRemainingColumn(),
@@ -1498,9 +1529,9 @@ def command(
     weights = [max(per_run[pe.entry.key], 1e-6) for pe in plan.entries]
     total = plan.seeds * sum(weights)
     index = {pe.entry.key: i for i, pe in enumerate(plan.entries)}
-    task = progress.add_task(exp.name, total=total, runs=f"0/{plan.runs} runs")
+    task = progress.add_task(exp.name, total=total, runs=f"0/{plan.runs} runs", status="")
 
-    def on_progress(pe: PlannedEntry, k: int, done: int, horizon: int) -> None:
+    def on_progress(pe: PlannedEntry, k: int, done: int, horizon: int, **details: Any) -> None:
         i = index[pe.entry.key]
         before = plan.seeds * sum(weights[:i]) + k * weights[i]
         completed = before + weights[i] * min(done, horizon) / horizon
@@ -1510,7 +1541,10 @@ def command(
             completed=completed,
             description=f"{pe.entry.label}, seed {k + 1}/{plan.seeds}",
             runs=f"{finished}/{plan.runs} runs",
+            status=_status(**details),
         )
+
+    on_progress.details = True  # type: ignore[attr-defined]
 
     t0 = time.perf_counter()
     with progress:

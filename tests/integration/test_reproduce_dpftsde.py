@@ -327,3 +327,21 @@ def test_pilot_times_one_entry_per_algorithm_with_fewer_clients(
     for timing in timings.values():
         assert timing.estimate_s == pytest.approx(expected)
         assert timing.clients == (min(calls), max(calls))
+
+
+def test_the_progress_of_a_reproduction_reports_phase_evaluations_and_epsilon(tmp_path):
+    from fedxab.reproduce import run_plan
+
+    plan = make_plan("dpftsde-synthetic-q", seeds=1, budget=12, clients=3, output=tmp_path)
+    plan = dataclasses.replace(plan, entries=plan.entries[:1])  # DP-FTS-DE, q = 0.15
+    seen: list[dict] = []
+
+    def progress(pe, k, done, horizon, **details):
+        seen.append(details)
+
+    progress.details = True
+    run_plan(plan, progress)
+    last = seen[-1]
+    assert {"regret", "phase", "evaluations", "epsilon"} <= set(last)
+    assert last["evaluations"] == 3 * 12 and last["phase"] == 3  # init round + T = 2
+    assert last["epsilon"] > 0
