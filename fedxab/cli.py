@@ -4,7 +4,8 @@
 clients on Garland) with a progress bar and prints a summary table; single-agent algorithms run
 through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.federation`
 (chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
-curves.
+curves. ``fedxab keys generate --clients N --out DIR`` writes one secret key file
+per party (:mod:`fedxab.security.keys`).
 
 ``--metrics-port PORT`` (on ``run``, ``server`` and ``client``) serves Prometheus metrics of the
 job at ``http://127.0.0.1:PORT/metrics`` while it runs (:mod:`fedxab.monitoring`; ``0`` picks a
@@ -915,6 +916,44 @@ def reproduce(
             plot_only=plot_only,
             quiet=quiet,
         )
+
+
+keys_app = typer.Typer(
+    name="keys",
+    help="Message authentication keys: one secret key per party (server and clients).",
+    no_args_is_help=True,
+)
+app.add_typer(keys_app)
+
+
+@keys_app.command("generate")
+def keys_generate(
+    clients: Annotated[
+        int, typer.Option("--clients", min=1, help="Number of clients N (client-0 .. client-N-1).")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Directory for the key files (created, owner-only, if missing)."
+        ),
+    ],
+) -> None:
+    """Write server.key and client-0.key .. client-{N-1}.key, each readable by its owner only
+    (mode 600); existing key files are never overwritten. The server needs every key, each
+    client its own only. The keys themselves are never printed."""
+    from fedxab.security.keys import generate_keys
+
+    console = _console()
+    with _errors_as_exit_code():
+        paths = generate_keys(clients, out)
+    for path in paths:
+        console.print(f"key: {path}", soft_wrap=True, markup=False)
+    console.print(
+        f"{len(paths)} key file(s) written (mode 600): give server.key and every client key "
+        "to the server, and each client its own key only",
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def main() -> None:

@@ -1,0 +1,239 @@
+"""Per-party secret keys: generation, key files with owner-only permissions, loading.
+
+Every party of a federation -- the server (``"server"``) and each client (``"client-N"``, the
+envelope sender names of :mod:`fedxab.broker.codec`) -- has its own 32-byte key from
+:mod:`secrets`. The server holds every key; a client holds its own only.
+
+A key file is two lines of text::
+
+    fedxab-key v1 party=client-3
+    <64 hex digits>
+
+:func:`generate_keys` writes ``server.key`` and ``client-N.key`` with mode 0o600 (created so,
+with ``O_CREAT | O_EXCL``: the bytes never exist with looser permissions, and an existing file is
+never overwritten). :func:`load_key` refuses a key file that its group or others may read, and one
+written for another party. :func:`load_key_from_env` reads the 64 hex digits from an environment
+variable instead (for containers; never from the run config).
+
+A :class:`SecretKey` never shows its bytes: its repr and str name the party only, and no error
+message of this module quotes a key file's content.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+
+from fedxab.broker.codec import SERVER, client_sender
+from fedxab.errors import FedxabError
+
+__all__ = [
+    "KEY_BYTES",
+    "SecretKey",
+    "format_key_file",
+    "generate_keys",
+    "key_file_name",
+    "load_key",
+    "load_key_from_env",
+    "parse_key_text",
+]
+
+KEY_BYTES = 32
+"""Length of a key, in bytes (HMAC-SHA256's block-size-safe, full-strength key)."""
+
+_HEADER_RE = re.compile(r"fedxab-key v1 party=(server|client-[0-9]{1,18})")
+_HEX_RE = re.compile(rf"[0-9a-f]{{{2 * KEY_BYTES}}}")
+_PARTY_RE = re.compile(r"server|client-[0-9]{1,18}")
+
+
+def _check_party(party: str) -> str:
+    if not isinstance(party, str) or not _PARTY_RE.fullmatch(party):
+        raise FedxabError(f"key party must be {SERVER!r} or 'client-<id>', got {party!r:.80}")
+    return party
+
+
+class SecretKey:
+    """A party's secret key; the bytes are only reachable through :meth:`reveal`.
+
+    ``repr``/``str`` show the party only, so a key logged or printed by mistake leaks nothing.
+    Keys compare in constant time; they are deliberately not hashable.
+    """
+
+    __slots__ = ("_secret", "party")
+
+    def __init__(self, party: str, secret: bytes) -> None:
+        _check_party(party)
+        if not isinstance(secret, bytes) or len(secret) != KEY_BYTES:
+            raise FedxabError(f"a key for {party!r} must be {KEY_BYTES} bytes")
+        self.party = party
+        self._secret = secret
+
+    @classmethod
+    def generate(cls, party: str) -> SecretKey:
+        """A new random key for ``party`` (from :func:`secrets.token_bytes`)."""
+        return cls(party, secrets.token_bytes(KEY_BYTES))
+
+    def reveal(self) -> bytes:
+        """The key bytes (for HMAC only: never print, log or store them elsewhere)."""
+        return self._secret
+
+    def __repr__(self) -> str:
+        return f"SecretKey(party={self.party!r}, <{KEY_BYTES} bytes hidden>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SecretKey):
+            return NotImplemented
+        return self.party == other.party and hmac.compare_digest(self._secret, other._secret)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):  # no pickling: a pickle would carry the bytes around silently
+        raise TypeError("a SecretKey cannot be pickled")
+
+
+def key_file_name(party: str) -> str:
+    """The key file name of ``party``: ``server.key`` or ``client-N.key``."""
+    return f"{_check_party(party)}.key"
+
+
+def format_key_file(key: SecretKey) -> str:
+    """The text of ``key``'s key file (header line naming the party, then the hex key)."""
+    return f"fedxab-key v1 party={key.party}\n{key.reveal().hex()}\n"
+
+
+def parse_key_text(text: str, where: str) -> SecretKey:
+    """The key in a key file's ``text``; ``where`` names the source in errors (never the text)."""
+    lines = text.strip().splitlines()
+    header = _HEADER_RE.fullmatch(lines[0].strip()) if lines else None
+    if header is None or len(lines) != 2:
+        raise FedxabError(
+            f"{where}: not a fedxab key file (expected a line 'fedxab-key v1 party=NAME' "
+            "and a line of hex digits; regenerate it with `fedxab keys generate`)"
+        )
+    digits = lines[1].strip().lower()
+    if not _HEX_RE.fullmatch(digits):
+        raise FedxabError(f"{where}: the key must be {2 * KEY_BYTES} hex digits")
+    return SecretKey(header.group(1), bytes.fromhex(digits))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Create ``path`` with mode 0o600 and write ``data``; refuse an existing path."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise FedxabError(
+            f"{path}: already exists; refusing to overwrite a key file (delete it first "
+            "to replace the key, and provision the new key to every party that uses it)"
+        ) from None
+    except OSError as exc:
+        raise FedxabError(f"{path}: cannot create key file ({exc.strerror})") from None
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)  # in case the umask did something unusual
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
+def generate_keys(n_clients: int, out_dir: str | os.PathLike) -> list[Path]:
+    """Write ``server.key`` and ``client-0.key`` .. ``client-{n-1}.key`` in ``out_dir``.
+
+    Each file is created with mode 0o600 (``out_dir``, if created, with 0o700). If any of the
+    files already exists, nothing is written and a :class:`FedxabError` names it. Returns the
+    paths written, the server's first.
+    """
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
+        raise FedxabError(f"clients: must be an integer >= 1, got {n_clients!r}")
+    out = Path(out_dir)
+    parties = [SERVER, *(client_sender(i) for i in range(n_clients))]
+    paths = [out / key_file_name(p) for p in parties]
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise FedxabError(
+            f"{existing[0]}: already exists{more}; refusing to overwrite key files "
+            "(choose another --out or delete the old keys first)"
+        )
+    try:
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedxabError(f"{out}: cannot create the key directory ({exc.strerror})") from None
+    if not out.is_dir():
+        raise FedxabError(f"{out}: not a directory")
+    written: list[Path] = []
+    try:
+        for party, path in zip(parties, paths, strict=True):
+            text = format_key_file(SecretKey.generate(party))
+            _write_private(path, text.encode("ascii"))
+            written.append(path)
+    except BaseException:
+        for path in written:  # all or nothing: no half-provisioned directory
+            path.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def load_key(path: str | os.PathLike, party: str | None = None) -> SecretKey:
+    """The key in key file ``path``; with ``party``, it must be that party's key.
+
+    Refused: a path that is not a regular file, a file its group or others may read or write
+    (fix: ``chmod 600 PATH``), a malformed file, a key of another party.
+    """
+    p = Path(path)
+    if party is not None:
+        _check_party(party)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FedxabError(f"{p}: no such key file") from None
+    except OSError as exc:
+        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FedxabError(f"{p}: not a regular file")
+    if os.name == "posix" and st.st_mode & 0o077:
+        raise FedxabError(
+            f"{p}: key file permissions {stat.S_IMODE(st.st_mode):#o} are too open "
+            f"(group or others may access it); run `chmod 600 {p}`"
+        )
+    try:
+        text = p.read_text(encoding="ascii")
+    except UnicodeDecodeError:
+        raise FedxabError(f"{p}: not a fedxab key file (not ASCII text)") from None
+    except OSError as exc:
+        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
+    key = parse_key_text(text, str(p))
+    if party is not None and key.party != party:
+        raise FedxabError(f"{p}: this is the key of {key.party!r}, expected {party!r}")
+    return key
+
+
+def load_key_from_env(var: str, party: str) -> SecretKey:
+    """``party``'s key from environment variable ``var``: 64 hex digits (a key file's second
+    line) or a whole key file's text, whose party must then be ``party``."""
+    _check_party(party)
+    value = os.environ.get(var)
+    if value is None or not value.strip():
+        raise FedxabError(f"environment variable {var} is not set (expected {party!r}'s key)")
+    where = f"environment variable {var}"
+    if value.strip().startswith("fedxab-key"):
+        key = parse_key_text(value, where)
+        if key.party != party:
+            raise FedxabError(f"{where}: holds the key of {key.party!r}, expected {party!r}")
+        return key
+    digits = value.strip().lower()
+    if not _HEX_RE.fullmatch(digits):
+        raise FedxabError(f"{where}: the key must be {2 * KEY_BYTES} hex digits")
+    return SecretKey(party, bytes.fromhex(digits))
