@@ -79,6 +79,7 @@ __all__ = [
     "ObjectiveConfig",
     "RunConfig",
     "Section",
+    "SecurityConfig",
     "config_from_dict",
     "default_config",
     "load_config",
@@ -539,6 +540,34 @@ class BrokerConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class SecurityConfig(Section):
+    """``[security]``: message authentication (issue 8). Deployment settings, not part of the
+    experiment: like ``[broker]``, results files and run ids leave this section out, so a signed
+    run gives exactly the unsigned run's results.
+
+    With ``sign = true`` every envelope is signed with HMAC-SHA256 (:mod:`fedxab.security`): the
+    server loads ``server.key`` and every ``client-N.key`` from ``keys_dir`` (written by
+    ``fedxab keys generate``), a client agent ``server.key`` and its own clients' keys only.
+    ``sign`` is off by default for now; issue 8 wants it on by default for Kafka runs (the
+    embedded broker may run without keys): that is the next step.
+    """
+
+    SECTION: ClassVar[str] = "security"
+
+    keys_dir: str | None = None
+    """Directory of the key files (``server.key``, ``client-N.key``)."""
+    sign: bool = False
+
+    def _check(self) -> None:
+        if self.sign and not self.keys_dir:
+            raise ConfigError(
+                "security.keys_dir",
+                "sign = true needs keys_dir, a directory of key files written by "
+                "`fedxab keys generate --clients N --out DIR`",
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class PrivacyConfig(Section):
     """``[privacy]``: accounting and budgets of a private algorithm's releases (DESIGN.md,
     Privacy). Present (defaults if not given) for algorithms that release privacy events.
@@ -603,6 +632,8 @@ class Config:
     """Federated runs: agent behaviour on a broker (defaults if not given); None otherwise."""
     broker: BrokerConfig | None = None
     """Federated runs: the transport (defaults if not given); None otherwise."""
+    security: SecurityConfig | None = None
+    """Federated runs: message authentication (defaults, off, if not given); None otherwise."""
     privacy: PrivacyConfig | None = None
     """Private algorithms (e.g. dpfedpne): accounting and budgets; None otherwise."""
 
@@ -645,10 +676,11 @@ class Config:
         }
 
     def experiment_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the ``[broker]`` deployment settings: what results files
-        record and what run ids are derived from."""
+        """:meth:`to_dict` without the ``[broker]`` and ``[security]`` deployment settings:
+        what results files record and what run ids are derived from."""
         data = self.to_dict()
         data.pop("broker", None)
+        data.pop("security", None)
         return data
 
     def algorithm_params(self) -> dict[str, Any]:
@@ -676,6 +708,7 @@ _OPTIONAL_SECTIONS: dict[str, Any] = {
     "federation": FederationConfig,
     "agents": AgentsConfig,
     "broker": BrokerConfig,
+    "security": SecurityConfig,
     "privacy": PrivacyConfig,
 }
 """Sections of federated runs only (``privacy``: of private algorithms only), None (absent)

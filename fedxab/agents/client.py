@@ -60,6 +60,7 @@ from fedxab.objectives.registry import make_objective
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.privacy.run_ledger import RunLedger
+from fedxab.security.agents import signer_for
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -112,6 +113,7 @@ class ClientAgent:
             client_ids=client_ids,
         )
         self.clients = dict(zip(client_ids, clients, strict=True))
+        self.signer = signer_for(config, client_ids)  # None unless [security] sign = true
         self.run_ledger: RunLedger | None = None
         self.gates: dict[int, LedgerGate] = {}
         if config.privacy is not None and PRIVATE[self.algorithm] == "client":
@@ -143,8 +145,14 @@ class ClientAgent:
         self._opened = time.perf_counter()
 
     # ----------------------------------------------------------------------------- messages
+    def _seal(self, envelope_bytes: bytes, m: int) -> bytes:
+        """A message of client ``m`` as it goes on the wire: signed if signing is on."""
+        if self.signer is None:
+            return envelope_bytes
+        return self.signer.seal(envelope_bytes, client_sender(m))
+
     def _envelope(self, kind: str, m: int, phase: int, msg_id: str, payload: bytes) -> bytes:
-        return Envelope(
+        envelope = Envelope(
             run_id=self.run_id,
             kind=kind,
             phase=phase,
@@ -153,11 +161,16 @@ class ClientAgent:
             payload=payload,
             sent_at=time.time(),
         ).encode()
+        return self._seal(envelope, m)
 
     def decode(self, record: Record) -> Any | None:
-        """The broadcast (or Finished) in ``record``, or None if it is not a valid one."""
+        """The broadcast (or Finished) in ``record``, or None if it is not a valid one (with
+        signing on: also one the server's key did not sign)."""
         try:
-            env = Envelope.decode(record.value)
+            if self.signer is None:
+                env = Envelope.decode(record.value)
+            else:
+                env = self.signer.open(record.value)
             if env.run_id != self.run_id:
                 raise ProtocolError(f"broadcast for run {env.run_id!r}, this is {self.run_id!r}")
             if env.kind != "broadcast" or env.sender != SERVER:
@@ -258,14 +271,14 @@ class ClientAgent:
         for m, gate in self.gates.items():
             for phase, event in gate.drain():
                 record = release_record(self.run_id, m, phase, event)
-                await self.broker.publish(self.topics["ledger"], str(m), record)
+                await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
 
     async def _close_ledger_mirror(self) -> None:
         """Each client's end marker on the ledger topic: its mirror is complete."""
         for m, gate in self.gates.items():
             releases = len(gate.ledger.history(self.run_id, m))
             record = end_record(self.run_id, m, releases)
-            await self.broker.publish(self.topics["ledger"], str(m), record)
+            await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
 
     async def _send(self, answers: list[tuple[int, Any]], phase: int) -> int:
         """Publish the reports; their payload bytes in all."""
@@ -341,7 +354,7 @@ class ClientAgent:
             budget = None if self.run_ledger is None else self.run_ledger.budget
             if budget is not None:
                 record = budget_record(self.run_id, m, budget)
-                await self.broker.publish(self.topics["ledger"], str(m), record)
+                await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
         loop = asyncio.get_running_loop()
         heartbeats = asyncio.create_task(self._heartbeats())
         sub = self.broker.subscribe(self.topics["broadcast"], None)

@@ -67,6 +67,8 @@ from fedxab.objectives.registry import make_objective
 from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
+from fedxab.security.agents import signer_for
+from fedxab.security.signing import SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -123,6 +125,7 @@ class ServerAgent:
         self.progress = progress
         self._epsilon_watch: EpsilonWatch | None = None
         self.n_clients = config.federation.clients
+        self.signer = signer_for(config)  # None unless [security] sign = true
         self.budget = config.run.budget
         self.algorithm = config.algorithm.name
         objective = make_objective(config.objective.name, **dict(config.objective.params))
@@ -188,9 +191,18 @@ class ServerAgent:
 
     def _envelope(self, record: Record, kinds: tuple[str, ...], where: str) -> Envelope | None:
         """The record's envelope if it is for this run, of an expected kind, from a known
-        client whose id matches the record key; else None (counted as invalid)."""
+        client whose id matches the record key; else None (counted as invalid). With signing on,
+        the record is verified first: one not signed by the claimed client's key is counted as
+        invalid and, of those, as ``signature_invalid``."""
         try:
-            env = Envelope.decode(record.value)
+            if self.signer is None:
+                env = Envelope.decode(record.value)
+            else:
+                env = self.signer.open(record.value)
+        except SignatureError as exc:
+            self.counts["signature_invalid"] += 1
+            self._reject("invalid", f"{exc} ({exc.reason})", where)
+            return None
         except ProtocolError as exc:
             self._reject("invalid", str(exc), where)
             return None
@@ -323,8 +335,14 @@ class ServerAgent:
             payload=payload,
             sent_at=time.time(),
         )
-        await self.broker.publish(self.topics["broadcast"], None, env.encode())
+        await self.broker.publish(self.topics["broadcast"], None, self._seal(env.encode()))
         return len(payload)
+
+    def _seal(self, envelope_bytes: bytes) -> bytes:
+        """A message of the server as it goes on the wire: signed if signing is on."""
+        if self.signer is None:
+            return envelope_bytes
+        return self.signer.seal(envelope_bytes, SERVER)
 
     def _replay(self) -> Any:
         """Start the state machine and replay the checkpointed phases; the open phase's msg."""
@@ -435,11 +453,11 @@ class ServerAgent:
         for m, gate in self.server.gates.items():
             for phase, event in gate.drain():
                 record = release_record(self.run_id, m, phase, event, by_server=True)
-                await self.broker.publish(topic, str(m), record)
+                await self.broker.publish(topic, str(m), self._seal(record))
             if end:
                 releases = len(self.run_ledger.ledger.history(self.run_id, m))
                 record = end_record(self.run_id, m, releases, by_server=True)
-                await self.broker.publish(topic, str(m), record)
+                await self.broker.publish(topic, str(m), self._seal(record))
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
@@ -448,7 +466,7 @@ class ServerAgent:
             for m in range(self.n_clients):
                 if budget is not None:
                     record = budget_record(self.run_id, m, budget, by_server=True)
-                    await self.broker.publish(self.topics["ledger"], str(m), record)
+                    await self.broker.publish(self.topics["ledger"], str(m), self._seal(record))
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             self.phase = int(msg.phase)
@@ -599,6 +617,7 @@ class ServerAgent:
                 run_ledger.ledger,
                 expect=set(range(self.n_clients)),
                 timeout_s=self.settings.telemetry_timeout_s,
+                opener=None if self.signer is None else self.signer.open,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
             if self.metrics is not None and rebuilt.skipped:

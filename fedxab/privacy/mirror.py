@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,10 +118,17 @@ class Rebuild:
     ended: set[int] = field(default_factory=set)
 
 
-def apply_record(ledger: PrivacyLedger, run_id: str, record: Record) -> int | None:
+def apply_record(
+    ledger: PrivacyLedger,
+    run_id: str,
+    record: Record,
+    opener: Callable[[bytes], Envelope] | None = None,
+) -> int | None:
     """Apply one ledger-topic record; the client id if it is an end marker, else None.
-    ProtocolError if it is not a valid record for ``run_id``."""
-    env = Envelope.decode(record.value)
+    ProtocolError if it is not a valid record for ``run_id``. ``opener`` turns the record's
+    value into its envelope (default: :meth:`Envelope.decode`; signed runs: a verifier, whose
+    :class:`~fedxab.security.signing.SignatureError` is a ProtocolError)."""
+    env = (opener or Envelope.decode)(record.value)
     if env.run_id != run_id or env.kind != "ledger":
         raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
     body = env.body()
@@ -162,18 +169,21 @@ async def rebuild_ledger(
     *,
     expect: set[int] | None = None,
     timeout_s: float = 60.0,
+    opener: Callable[[bytes], Envelope] | None = None,
 ) -> Rebuild:
     """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
 
     Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
     (client ids), reads until each of them has its end marker, or ``timeout_s`` seconds. Invalid
     records are skipped, counted and logged. A record that contradicts one already in the
-    ledger raises :class:`~fedxab.privacy.ledger.LedgerError`: history is never rewritten."""
+    ledger raises :class:`~fedxab.privacy.ledger.LedgerError`: history is never rewritten.
+    ``opener``: see :func:`apply_record` (signed runs pass their verifier: an unsigned or
+    forged record is skipped and counted like a malformed one)."""
     result = Rebuild()
 
     def apply(record: Record) -> None:
         try:
-            ended = apply_record(ledger, run_id, record)
+            ended = apply_record(ledger, run_id, record, opener)
         except (ProtocolError, ConfigError) as exc:  # malformed, or an event no accountant takes
             result.skipped += 1
             log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)

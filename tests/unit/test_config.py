@@ -273,4 +273,13 @@ def test_config_error_is_a_fedxab_error():
 def test_sections_come_from_config_fields():
     # Adding a section is one new dataclass plus one field on Config: check the wiring.
     names = [f.name for f in dataclasses.fields(Config)]
-    assert names == ["run", "objective", "algorithm", "federation", "agents", "broker", "privacy"]
+    assert names == [
+        "run",
+        "objective",
+        "algorithm",
+        "federation",
+        "agents",
+        "broker",
+        "security",
+        "privacy",
+    ]
