@@ -46,6 +46,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedxab.errors import FedxabError
+from fedxab.monitoring.progress import status_line
 
 __all__ = ["app", "main"]
 
@@ -700,14 +701,8 @@ def _run_callbacks(progress: Progress, budget: int):
         evaluations: int | None = None,
         epsilon: float | None = None,
     ) -> None:
-        parts = []
-        if phase is not None:
-            parts.append(f"phase {phase}")
-        if evaluations is not None:
-            parts.append(f"{evaluations:,} evals")
-        if epsilon is not None:
-            parts.append(f"ε {epsilon:.3f}")
-        fields = {"status": " · ".join(parts)} if parts else {}
+        status = status_line(phase=phase, evaluations=evaluations, epsilon=epsilon)
+        fields = {"status": status} if status else {}
         progress.update(task[-1], completed=done, regret=_fmt(cum, 3), **fields)
 
     on_progress.details = True  # type: ignore[attr-defined]

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.errors import FedxabError
+from fedxab.monitoring.progress import status_line
 
 __all__ = [
     "EXPERIMENTS",
@@ -1340,25 +1341,6 @@ def _print_privacy_utility(
 
 
 # ---------------------------------------------------------------------------------- command
-def _status(
-    regret: float | None = None,
-    phase: int | None = None,
-    evaluations: int | None = None,
-    epsilon: float | None = None,
-) -> str:
-    """The progress bar's detail: regret so far, phase, evaluations and epsilon, where known."""
-    parts = []
-    if regret is not None and math.isfinite(regret):
-        parts.append(f"regret {regret:.3f}")
-    if phase is not None:
-        parts.append(f"phase {phase}")
-    if evaluations is not None:
-        parts.append(f"{evaluations:,} evals")
-    if epsilon is not None:
-        parts.append(f"ε {epsilon:.2f}")
-    return " · ".join(parts)
-
-
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
@@ -1541,7 +1523,7 @@ def command(
             completed=completed,
             description=f"{pe.entry.label}, seed {k + 1}/{plan.seeds}",
             runs=f"{finished}/{plan.runs} runs",
-            status=_status(**details),
+            status=status_line(**details),
         )
 
     on_progress.details = True  # type: ignore[attr-defined]
