@@ -5,7 +5,7 @@ clients on Garland) with a progress bar and prints a summary table; single-agent
 through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.federation`
 (chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
 curves. ``fedxab keys generate --clients N --out DIR`` writes one secret key file
-per party (:mod:`fedxab.security.keys`).
+per client (:mod:`fedxab.security.keys`).
 
 ``--metrics-port PORT`` (on ``run``, ``server`` and ``client``) serves Prometheus metrics of the
 job at ``http://127.0.0.1:PORT/metrics`` while it runs (:mod:`fedxab.monitoring`; ``0`` picks a
@@ -96,6 +96,15 @@ ServeAfterOption = Annotated[
         min=0,
         help="With --metrics-port: keep serving the metrics SECONDS after the job ends "
         "(inf: until Ctrl-C).",
+        show_default=False,
+    ),
+]
+KeysDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys-dir",
+        help="Directory of the message-signing keys (client-N.key; `fedxab keys generate`). "
+        "Overrides security.keys_dir; Kafka runs sign by default.",
         show_default=False,
     ),
 ]
@@ -375,6 +384,7 @@ def run(
     hosts: Annotated[
         int, typer.Option(min=1, help="Federated runs on a broker: client agents to start.")
     ] = 1,
+    keys_dir: KeysDirOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
@@ -388,7 +398,7 @@ def run(
 
     console = _console()
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, output, broker)
+        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir)
         source = "built-in default" if config is None else str(config)
         fed = cfg.federation
         if not quiet:
@@ -448,6 +458,7 @@ def _load(
     budget: int | None,
     output: Path | None,
     broker: str | None,
+    keys_dir: Path | None = None,
 ):
     """The config file (or the built-in default) with the command-line overrides applied."""
     from fedxab.config import config_from_dict, default_config, load_config
@@ -464,6 +475,15 @@ def _load(
             )
         data = cfg.to_dict()
         data["broker"]["url"] = broker
+        cfg = config_from_dict(data)
+    if keys_dir is not None:
+        if cfg.security is None:
+            raise FedxabError(
+                f"--keys-dir: {cfg.algorithm.name!r} runs a single agent; keys sign the "
+                "messages of federated runs only"
+            )
+        data = cfg.to_dict()
+        data["security"] = {**data.get("security", {}), "keys_dir": str(keys_dir)}
         cfg = config_from_dict(data)
     return cfg
 
@@ -557,6 +577,7 @@ def server(
         typer.Option("--output", "-o", help="Override run.output.", show_default=False),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    keys_dir: KeysDirOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
@@ -567,7 +588,7 @@ def server(
 
     console = _console()
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, output, broker)
+        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir)
         if cfg.broker is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         transport = _shared_broker(cfg, "server")
@@ -614,6 +635,7 @@ def client(
     seed: SeedOption = None,
     repeats: RepeatsOption = None,
     budget: BudgetOption = None,
+    keys_dir: KeysDirOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
@@ -623,7 +645,7 @@ def client(
     from fedxab.agents.distributed import host_clients
 
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, None, broker)
+        cfg = _load(config, seed, repeats, budget, None, broker, keys_dir)
         if cfg.broker is None or cfg.federation is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         ids = _parse_client_ids(client_id, cfg.federation.clients)
@@ -720,9 +742,10 @@ def _cell(column: str, value: object) -> str:
     return _fmt(value) if isinstance(value, float) else str(value)
 
 
-def _rebuild_ledger(path: Path, url: str, namespace: str, run_id: str):
+def _rebuild_ledger(path: Path, url: str, namespace: str, run_id: str, keys_dir: Path | None):
     """Record run ``run_id``'s ledger topic on ``url`` into the ledger file ``path``; what was
-    read (:class:`~fedxab.privacy.mirror.Rebuild`) and the run's clients in the ledger."""
+    read (:class:`~fedxab.privacy.mirror.Rebuild`) and the run's clients in the ledger. With
+    ``keys_dir``, only records whose signature its keys verify are recorded."""
     import asyncio
 
     from fedxab.broker.base import topic_name
@@ -733,13 +756,24 @@ def _rebuild_ledger(path: Path, url: str, namespace: str, run_id: str):
 
     if not url.startswith("kafka://"):
         raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
+    opener = None
+    if keys_dir is not None:
+        from fedxab.security.agents import keyring_in
+        from fedxab.security.signing import open_signed
+
+        keyring = keyring_in(keys_dir)
+        n = max(keyring) + 1  # ledger records carry one tag: n only bounds the message size
+
+        def opener(value: bytes):
+            return open_signed(value, keyring, n)
+
     topic = topic_name(namespace, run_id, "ledger")
     broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
 
     async def main():
         async with broker:
             with PrivacyLedger(path) as book:
-                rebuilt = await rebuild_ledger(broker, topic, run_id, book)
+                rebuilt = await rebuild_ledger(broker, topic, run_id, book, opener=opener)
                 return rebuilt, book.clients(run_id)
 
     return asyncio.run(main())
@@ -778,6 +812,15 @@ def audit(
     namespace: Annotated[
         str, typer.Option(help="Topic namespace of the run (with --rebuild-from).")
     ] = "fedxab",
+    keys_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --rebuild-from, for a run that signs its messages: verify each record "
+            "with the client keys in this directory (all of them, or a client's own) and skip "
+            "those they do not verify.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
     import json
@@ -790,10 +833,16 @@ def audit(
         if rebuild_from is not None:
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
-            rebuilt, clients = _rebuild_ledger(ledger, rebuild_from, namespace, run_id)
+            rebuilt, clients = _rebuild_ledger(ledger, rebuild_from, namespace, run_id, keys_dir)
             notes = _console(stderr=True)  # stdout stays the table or the JSON
             if rebuilt.skipped:
-                notes.print(f"[yellow]{rebuilt.skipped} invalid ledger record(s) skipped[/]")
+                why = ", ".join(f"{n} {reason}" for reason, n in sorted(rebuilt.reasons.items()))
+                notes.print(f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({why})[/]")
+                if keys_dir is None and rebuilt.reasons.get("malformed"):
+                    notes.print(
+                        "[yellow]records of a run that signs its messages are read with "
+                        "--keys-dir DIR (the client keys to verify them)[/]"
+                    )
             open_mirrors = sorted(set(clients) - rebuilt.ended)
             if open_mirrors:
                 notes.print(
@@ -915,7 +964,7 @@ def reproduce(
 
 keys_app = typer.Typer(
     name="keys",
-    help="Message authentication keys: one secret key per party (server and clients).",
+    help="Message authentication keys: one secret key per client, shared with the server.",
     no_args_is_help=True,
 )
 app.add_typer(keys_app)
@@ -932,20 +981,39 @@ def keys_generate(
             "--out", help="Directory for the key files (created, owner-only, if missing)."
         ),
     ],
+    if_missing: Annotated[
+        bool,
+        typer.Option(
+            "--if-missing",
+            help="If all N key files are already there (and load), write nothing and succeed "
+            "(for provisioning scripts that run at every start).",
+        ),
+    ] = False,
 ) -> None:
-    """Write server.key and client-0.key .. client-{N-1}.key, each readable by its owner only
-    (mode 600); existing key files are never overwritten. The server needs every key, each
-    client its own only. The keys themselves are never printed."""
-    from fedxab.security.keys import generate_keys
+    """Write client-0.key .. client-{N-1}.key, each readable by its owner only (mode 600);
+    existing key files are never overwritten. The server needs every key, each client its own
+    only. The keys themselves are never printed."""
+    from fedxab.broker.codec import client_sender
+    from fedxab.security.keys import generate_keys, key_file_name, load_key
 
     console = _console()
     with _errors_as_exit_code():
+        parties = [client_sender(m) for m in range(clients)]
+        if if_missing and all((out / key_file_name(p)).exists() for p in parties):
+            for party in parties:
+                load_key(out / key_file_name(party), party)  # a broken key file is an error
+            console.print(
+                f"{clients} key file(s) already in {out}: nothing written",
+                soft_wrap=True,
+                markup=False,
+            )
+            return
         paths = generate_keys(clients, out)
     for path in paths:
         console.print(f"key: {path}", soft_wrap=True, markup=False)
     console.print(
-        f"{len(paths)} key file(s) written (mode 600): give server.key and every client key "
-        "to the server, and each client its own key only",
+        f"{len(paths)} key file(s) written (mode 600): give every key to the server and each "
+        "client its own key only",
         soft_wrap=True,
         markup=False,
     )

@@ -541,30 +541,25 @@ class BrokerConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class SecurityConfig(Section):
-    """``[security]``: message authentication (issue 8). Deployment settings, not part of the
-    experiment: like ``[broker]``, results files and run ids leave this section out, so a signed
-    run gives exactly the unsigned run's results.
+    """``[security]``: message authentication (:mod:`fedxab.security`). Deployment settings, not
+    part of the experiment: like ``[broker]``, results files and run ids leave this section out,
+    so a signed run gives exactly the unsigned run's results.
 
-    With ``sign = true`` every envelope is signed with HMAC-SHA256 (:mod:`fedxab.security`): the
-    server loads ``server.key`` and every ``client-N.key`` from ``keys_dir`` (written by
-    ``fedxab keys generate``), a client agent ``server.key`` and its own clients' keys only.
-    ``sign`` is off by default for now; issue 8 wants it on by default for Kafka runs (the
-    embedded broker may run without keys): that is the next step.
+    A signing run signs every envelope with HMAC-SHA256 under per-client keys; the server refuses
+    and counts a message whose tag does not match its claimed sender, an earlier phase's, another
+    run's or another session's, and clients refuse broadcasts the server did not sign. ``sign``
+    unset means on for Kafka runs (``kafka://``) and off on the embedded broker and in-process.
+    The keys are read from ``keys_dir`` (files of ``fedxab keys generate``: the server needs every
+    ``client-N.key``, a client agent its own) or, without it, from the environment variables
+    ``FEDXAB_KEY_CLIENT_<N>``; never from this file.
     """
 
     SECTION: ClassVar[str] = "security"
 
     keys_dir: str | None = None
-    """Directory of the key files (``server.key``, ``client-N.key``)."""
-    sign: bool = False
-
-    def _check(self) -> None:
-        if self.sign and not self.keys_dir:
-            raise ConfigError(
-                "security.keys_dir",
-                "sign = true needs keys_dir, a directory of key files written by "
-                "`fedxab keys generate --clients N --out DIR`",
-            )
+    """Directory of the key files ``client-N.key``."""
+    sign: bool | None = None
+    """Sign and verify every message (unset: on for Kafka, off otherwise)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ is lost or repeated, even where a phase was closed on a quorum after a deadline.
 
 The file is msgpack (no pickle), written atomically (temporary file, fsync, rename): a crash
 mid-write leaves the previous checkpoint intact. It names its run; resuming another run's
-checkpoint is refused.
+checkpoint is refused. A signing run's checkpoint also keeps the server's session
+(:mod:`fedxab.security.signing`), so a restarted server goes on in the same session.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class ServerCheckpoint:
         self.path = None if path is None else Path(path)
         self.run_id = run_id
         self.phases: list[ClosedPhase] = []
+        self.session = ""
+        """The server's session (signing runs; "" otherwise)."""
 
     def load(self) -> list[ClosedPhase]:
         """Read the closed phases from disk (none if there is no file yet)."""
@@ -61,6 +64,10 @@ class ServerCheckpoint:
                     f"checkpoint {self.path} belongs to run {data.get('run_id')!r}, not "
                     f"{self.run_id!r}; remove it or point --checkpoint elsewhere"
                 )
+            session = data.get("session", "")
+            if not isinstance(session, str):
+                raise ProtocolError("session must be a string")
+            self.session = session
             self.phases = [
                 ClosedPhase(
                     phase=int(p["phase"]),
@@ -82,6 +89,7 @@ class ServerCheckpoint:
             {
                 "schema": _SCHEMA,
                 "run_id": self.run_id,
+                "session": self.session,
                 "phases": [
                     {
                         "phase": p.phase,

@@ -61,6 +61,7 @@ from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.security.agents import signer_for
+from fedxab.security.signing import Opened, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -68,6 +69,24 @@ if TYPE_CHECKING:
 __all__ = ["ClientAgent"]
 
 log = logging.getLogger(__name__)
+
+TELEMETRY_PULLS = 16_384
+"""Most pulls in one telemetry message (16 bytes each with both regret terms: about 256 KiB)."""
+
+
+def _batches(entries: list[Telemetry], max_pulls: int) -> list[list[Telemetry]]:
+    """``entries``, split into pieces of at most ``max_pulls`` pulls, grouped in order into
+    batches of at most ``max_pulls`` pulls each."""
+    batches: list[list[Telemetry]] = []
+    room = 0
+    for entry in entries:
+        for piece in entry.split(max_pulls):
+            if not batches or piece.count > room:
+                batches.append([])
+                room = max_pulls
+            batches[-1].append(piece)
+            room -= piece.count
+    return batches
 
 
 class ClientAgent:
@@ -113,7 +132,9 @@ class ClientAgent:
             client_ids=client_ids,
         )
         self.clients = dict(zip(client_ids, clients, strict=True))
-        self.signer = signer_for(config, client_ids)  # None unless [security] sign = true
+        self.signer = signer_for(config, client_ids)  # None unless the run signs
+        self.session = ""
+        """The session of the last valid broadcast: the clients' replies are signed in it."""
         self.run_ledger: RunLedger | None = None
         self.gates: dict[int, LedgerGate] = {}
         if config.privacy is not None and PRIVATE[self.algorithm] == "client":
@@ -149,7 +170,7 @@ class ClientAgent:
         """A message of client ``m`` as it goes on the wire: signed if signing is on."""
         if self.signer is None:
             return envelope_bytes
-        return self.signer.seal(envelope_bytes, client_sender(m))
+        return self.signer.seal(envelope_bytes, m, self.session)
 
     def _envelope(self, kind: str, m: int, phase: int, msg_id: str, payload: bytes) -> bytes:
         envelope = Envelope(
@@ -164,32 +185,41 @@ class ClientAgent:
         return self._seal(envelope, m)
 
     def decode(self, record: Record) -> Any | None:
-        """The broadcast (or Finished) in ``record``, or None if it is not a valid one (with
-        signing on: also one the server's key did not sign)."""
+        """The broadcast (or Finished) in ``record``, or None if it is not a valid one (in a
+        signing run: also one without a right tag for each hosted client). A valid broadcast's
+        session becomes :attr:`session`."""
         try:
             if self.signer is None:
-                env = Envelope.decode(record.value)
+                opened = Opened(Envelope.decode(record.value), "")
             else:
-                env = self.signer.open(record.value)
-            if env.run_id != self.run_id:
-                raise ProtocolError(f"broadcast for run {env.run_id!r}, this is {self.run_id!r}")
-            if env.kind != "broadcast" or env.sender != SERVER:
-                raise ProtocolError(f"{env.kind!r} from {env.sender!r} on the broadcast topic")
+                opened = self.signer.open(record.value)
+        except SignatureError as exc:
+            return self._invalid(exc.reason, str(exc))
+        except ProtocolError as exc:
+            return self._invalid("malformed", str(exc))
+        env = opened.envelope
+        if env.run_id != self.run_id:
+            return self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")
+        if env.kind != "broadcast" or env.sender != SERVER:
+            return self._invalid("wrong_kind", f"{env.kind!r} from {env.sender!r}")
+        try:
             msg = decode_broadcast(self.algorithm, env.body())
             if int(msg.phase) != env.phase:
                 raise ProtocolError(f"payload phase {msg.phase} != envelope phase {env.phase}")
-            self._broadcast_bytes = len(env.payload)
         except (ProtocolError, FedxabError) as exc:
-            return self._invalid(str(exc))
+            return self._invalid("bad_payload", str(exc))
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
-            return self._invalid(f"{type(exc).__name__}: {exc}")
+            return self._invalid("bad_payload", f"{type(exc).__name__}: {exc}")
+        self._broadcast_bytes = len(env.payload)
+        self.session = opened.session
         return msg
 
-    def _invalid(self, reason: str) -> None:
+    def _invalid(self, why: str, text: str) -> None:
         self.counts["broadcast_invalid"] += 1
         if self.metrics is not None and not self.metrics_privacy_only:
             self.metrics.broadcasts_invalid.inc()
-        log.warning("run %s: invalid broadcast: %s", self.run_id, reason)
+            self.metrics.on_rejected("broadcast", why)
+        log.warning("run %s: invalid broadcast (%s): %s", self.run_id, why, text)
         return None
 
     def answer_all(self, broadcast: Any) -> list[tuple[int, Any]]:
@@ -213,7 +243,9 @@ class ClientAgent:
             elif self.metrics is not None and not self.metrics_privacy_only:
                 self._observe_telemetry(telemetry)
             self._last_telemetry[m] = telemetry
-            self._unsent.setdefault(m, []).append(telemetry)
+            unsent = self._unsent.setdefault(m, [])
+            if not unsent or unsent[-1] is not telemetry:  # once per flush, however many copies
+                unsent.append(telemetry)
             out.append((m, report))
         return out
 
@@ -297,20 +329,26 @@ class ClientAgent:
         return sent
 
     async def _flush_telemetry(self) -> None:
-        """Publish, per client, the telemetry of the phases it answered since the last flush, as
-        one message (a list): at most one per client and ``telemetry_interval_s``, and at the
-        end. The server drops entries it already has, so a resent entry changes nothing."""
+        """Publish, per client, the telemetry of the phases it answered since the last flush,
+        as messages (lists of entries) of at most :data:`TELEMETRY_PULLS` pulls each (about 256
+        KiB: well under a broker's message size limit, however long a phase), every
+        ``telemetry_interval_s`` and at the end. The server drops entries it already has, so a
+        resent entry changes nothing."""
         for m, entries in self._unsent.items():
-            if entries:
-                first, last = entries[0].phase, entries[-1].phase
-                body = packb([t.to_wire() for t in entries])
-                await self.broker.publish(
-                    self.topics["control"],
-                    str(m),
-                    self._envelope("telemetry", m, last, f"telemetry:{first}-{last}", body),
-                )
+            for batch in _batches(entries, TELEMETRY_PULLS):
+                a, b = batch[0], batch[-1]
+                msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
+                body = packb([t.to_wire() for t in batch])
+                envelope = self._envelope("telemetry", m, b.phase, msg_id, body)
+                await self.broker.publish(self.topics["control"], str(m), envelope)
         self._unsent = {}
         self._last_flush = time.monotonic()
+
+    async def _leave(self, phase: int) -> None:
+        """Tell the server each hosted client saw the final answer (so it stops repeating it)."""
+        for m in self.clients:
+            envelope = self._envelope("leave", m, phase, "leave", packb(None))
+            await self.broker.publish(self.topics["control"], str(m), envelope)
 
     async def _heartbeats(self) -> None:
         beat = 0
@@ -370,6 +408,7 @@ class ClientAgent:
                         self._observe_privacy(metrics)  # final: before the end markers
                     await self._flush_telemetry()
                     await self._close_ledger_mirror()
+                    await self._leave(int(msg.phase))
                     break
                 self._opened = time.perf_counter()
                 answers = await loop.run_in_executor(self.executor, self.answer_all, msg)

@@ -101,6 +101,27 @@ class Telemetry:
             "local_terms": self.local_terms,
         }
 
+    def split(self, max_count: int) -> list[Telemetry]:
+        """This telemetry as pieces of at most ``max_count`` pulls each, cut at fixed offsets
+        from :attr:`start` (so a piece sent twice is the same piece: the receiver dedupes it)."""
+        if self.count <= max_count:
+            return [self]
+        pieces = []
+        for lo in range(0, self.count, max_count):
+            hi = min(lo + max_count, self.count)
+            g, loc = self.global_terms, self.local_terms
+            pieces.append(
+                Telemetry(
+                    self.phase,
+                    self.client,
+                    self.start + lo,
+                    hi - lo,
+                    None if g is None else g[lo:hi],
+                    None if loc is None else loc[lo:hi],
+                )
+            )
+        return pieces
+
     @classmethod
     def from_wire(cls, data: Any) -> Telemetry:
         count = wire_int(data, "count")
@@ -190,10 +211,10 @@ class ClientEvaluator:
 class RegretSums:
     """Per-round sums over clients of the regret terms, added in (phase, client) order.
 
-    :meth:`add` buffers telemetry (a second copy of the same (phase, client) is ignored: a
-    redelivered message changes nothing); :meth:`flush` adds everything buffered, sorted by
-    (phase, client). Whoever flushes after every phase (in-process) or once at the end (a server
-    agent) gets the same sums, bit for bit.
+    :meth:`add` buffers telemetry (a second copy of the same (phase, client, start) is ignored:
+    a redelivered message changes nothing); :meth:`flush` adds everything buffered, sorted by
+    (phase, client, start). Whoever flushes after every phase (in-process) or once at the end
+    (a server agent) gets the same sums, bit for bit.
 
     Simple regret (spec-dpftsde §7.1 metric, §9.9): :meth:`flush` also keeps, per client, the
     best (smallest) regret term so far, ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local) and
@@ -213,8 +234,11 @@ class RegretSums:
         self.global_sum = np.zeros(budget) if global_known else None
         self.local_sum = np.zeros(budget) if local_known else None
         self.used = np.zeros(n_clients, dtype=np.int64)
+        """Per client: the end of the furthest position its telemetry covers."""
+        self.received = np.zeros(n_clients, dtype=np.int64)
+        """Per client: the evaluations its telemetry covers (no gap: equals :attr:`used`)."""
         self.evaluations_by_phase: dict[int, int] = {}
-        self._seen: set[tuple[int, int]] = set()
+        self._seen: set[tuple[int, int, int]] = set()
         self._pending: list[Telemetry] = []
         # simple regret: per-client best so far (M) and per-round sums of it over clients (T)
         self.global_simple_sum = np.zeros(budget) if global_known else None
@@ -226,13 +250,15 @@ class RegretSums:
         self._simple_ok = True
 
     def add(self, telemetry: Telemetry) -> bool:
-        """Buffer one client's telemetry for one phase; ``False`` if it was already added."""
-        key = (telemetry.phase, telemetry.client)
+        """Buffer one client's telemetry for one phase (or a piece of it, :meth:`Telemetry.split`);
+        ``False`` if it was already added."""
+        key = (telemetry.phase, telemetry.client, telemetry.start)
         if key in self._seen:
             return False
         self.check(telemetry)
         self._seen.add(key)
         self._pending.append(telemetry)
+        self.received[telemetry.client] += telemetry.count
         stop = telemetry.start + telemetry.count
         self.used[telemetry.client] = max(int(self.used[telemetry.client]), stop)
         return True
@@ -258,7 +284,7 @@ class RegretSums:
 
     def flush(self) -> None:
         """Add every buffered telemetry into the sums, in (phase, client) order."""
-        for t in sorted(self._pending, key=lambda t: (t.phase, t.client)):
+        for t in sorted(self._pending, key=lambda t: (t.phase, t.client, t.start)):
             stop = t.start + t.count
             if self.global_sum is not None:
                 self.global_sum[t.start : stop] += t.global_terms
@@ -306,8 +332,8 @@ class RegretSums:
 
     def complete(self, expected: np.ndarray) -> bool:
         """Every client's telemetry covers the evaluations it made (``expected[m]``: its budget
-        T, or fewer for a client that withdrew)."""
-        return bool(np.all(self.used >= expected))
+        T, or fewer for a client that withdrew), with no piece missing."""
+        return bool(np.all(self.received >= expected))
 
     def curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Global and local cumulative regret averaged over clients, at ``rounds``."""

@@ -12,7 +12,14 @@ Every received message is classified once and counted in :attr:`ServerAgent.coun
 ``accepted``; ``duplicate`` (same client and phase again); ``late`` (an earlier phase);
 ``invalid`` (undecodable, another run, unknown client, wrong kind, a future phase, or a report the
 state machine rejects: NaN, wrong length, ...). A rejected message changes no state and never stops
-the agent; each gets one log line naming the reason.
+the agent; each gets one log line naming the reason, and is counted by topic and reason in
+:attr:`ServerAgent.rejected` (and the metric ``fedxab_messages_rejected``).
+
+A signing run (:func:`~fedxab.security.agents.signing_on`) also refuses a message whose tag does
+not match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
+``malformed``), and a report, telemetry or leave message of another session than this execution's
+(``replay``): the server draws a random session at its first start, keeps it in its checkpoint,
+and signs every broadcast with it; clients answer in the session of the broadcast they answer.
 
 With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the agent also exports
 the server's view of the run as it goes: every message's classification (reports by outcome,
@@ -33,6 +40,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -68,7 +76,7 @@ from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, rel
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.security.agents import signer_for
-from fedxab.security.signing import SignatureError
+from fedxab.security.signing import Opened, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -155,6 +163,10 @@ class ServerAgent:
         )
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.counts: Counter[str] = Counter()
+        self.rejected: Counter[tuple[str, str]] = Counter()
+        """Refused messages by (topic, reason)."""
+        self.session = ""
+        """This execution's session (signing runs): drawn at the first start, then checkpointed."""
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.last_seen: dict[int, float] = {}
@@ -182,40 +194,55 @@ class ServerAgent:
         elif name == "broadcast_repeated":
             metrics.broadcasts_repeated.inc()
 
-    def _reject(self, outcome: str, reason: str, where: str = "report") -> None:
-        """Count a rejected message and log one line: a warning for an invalid one, info for a
-        late one (normal under at-least-once delivery, e.g. after a repeated broadcast)."""
+    def _reject(self, outcome: str, why: str, text: str, where: str = "report") -> None:
+        """Count a rejected message (``outcome`` invalid or late, for ``why``) and log one line:
+        a warning for an invalid one, info for a late one (normal under at-least-once delivery,
+        e.g. after a repeated broadcast)."""
         self._count(f"{where}_{outcome}")
+        self.rejected[where, why] += 1
+        if self.metrics is not None:
+            self.metrics.on_rejected(where, why)
         level = logging.WARNING if outcome == "invalid" else logging.INFO
-        log.log(level, "run %s: %s %s: %s", self.run_id, outcome, where, reason)
+        log.log(level, "run %s: %s %s (%s): %s", self.run_id, outcome, where, why, text)
+
+    def _open(self, record: Record) -> Opened:
+        """The record's envelope, verified if this run signs."""
+        if self.signer is None:
+            return Opened(Envelope.decode(record.value), "")
+        return self.signer.open(record.value)
 
     def _envelope(self, record: Record, kinds: tuple[str, ...], where: str) -> Envelope | None:
         """The record's envelope if it is for this run, of an expected kind, from a known
-        client whose id matches the record key; else None (counted as invalid). With signing on,
-        the record is verified first: one not signed by the claimed client's key is counted as
-        invalid and, of those, as ``signature_invalid``."""
+        client whose id matches the record key (and, if this run signs, signed by that client in
+        this session, except a join or heartbeat); else None (counted as invalid). With signing
+        on, the record is verified first: one not signed by the claimed client's key is refused
+        with the :class:`~fedxab.security.signing.SignatureError`'s reason."""
         try:
-            if self.signer is None:
-                env = Envelope.decode(record.value)
-            else:
-                env = self.signer.open(record.value)
+            opened = self._open(record)
         except SignatureError as exc:
-            self.counts["signature_invalid"] += 1
-            self._reject("invalid", f"{exc} ({exc.reason})", where)
+            self._reject("invalid", exc.reason, str(exc), where)
             return None
         except ProtocolError as exc:
-            self._reject("invalid", str(exc), where)
+            self._reject("invalid", "malformed", str(exc), where)
             return None
+        env = opened.envelope
         if env.run_id != self.run_id:
-            self._reject("invalid", f"for run {env.run_id!r}, this is {self.run_id!r}", where)
+            why, text = "wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}"
         elif env.kind not in kinds:
-            self._reject("invalid", f"kind {env.kind!r} on the {where} topic", where)
+            why, text = "wrong_kind", f"kind {env.kind!r} on the {where} topic"
         elif env.client_id is None or not 0 <= env.client_id < self.n_clients:
-            self._reject("invalid", f"unknown sender {env.sender!r}", where)
+            why, text = "unknown_sender", f"unknown sender {env.sender!r}"
         elif record.key is not None and record.key != str(env.client_id):
-            self._reject("invalid", f"key {record.key!r} does not match {env.sender!r}", where)
+            why, text = "wrong_key", f"key {record.key!r} does not match {env.sender!r}"
+        elif (
+            self.signer is not None
+            and opened.session != self.session
+            and env.kind not in ("join", "heartbeat")
+        ):
+            why, text = "replay", f"{env.sender}'s {env.kind} of session {opened.session!r}"
         else:
             return env
+        self._reject("invalid", why, text, where)
         return None
 
     def on_report(self, record: Record) -> None:
@@ -227,10 +254,12 @@ class ServerAgent:
         m = env.client_id
         assert m is not None
         if env.phase < self.phase or self.finished is not None:
-            self._reject("late", f"client {m} for phase {env.phase}, phase is {self.phase}")
+            self._reject("late", "late", f"client {m} for phase {env.phase} ({self.phase})")
             return
         if env.phase > self.phase:
-            self._reject("invalid", f"client {m} for future phase {env.phase} ({self.phase})")
+            self._reject(
+                "invalid", "future_phase", f"client {m} for phase {env.phase} ({self.phase})"
+            )
             return
         try:
             report = decode_report(self.algorithm, env.body())
@@ -238,10 +267,10 @@ class ServerAgent:
                 raise ProtocolError(f"payload phase {report.phase} != envelope phase {env.phase}")
             fresh = self.server.receive(m, report)
         except (ProtocolError, FedxabError) as exc:
-            self._reject("invalid", f"client {m}: {exc}")
+            self._reject("invalid", "bad_payload", f"client {m}: {exc}")
             return
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
-            self._reject("invalid", f"client {m}: {type(exc).__name__}: {exc}")
+            self._reject("invalid", "bad_payload", f"client {m}: {type(exc).__name__}: {exc}")
             return
         if not fresh:
             self._count("report_duplicate")
@@ -265,11 +294,12 @@ class ServerAgent:
             self.joined.add(m)
         elif env.kind == "leave":
             self.left.add(m)
+            self._wakeup.set()
         elif env.kind == "telemetry":
             try:
                 entries = self._telemetry_entries(env, m)
             except ProtocolError as exc:
-                self._reject("invalid", f"telemetry of client {m}: {exc}", "control")
+                self._reject("invalid", "bad_payload", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
                 if self.sums.add(telemetry):
@@ -335,19 +365,28 @@ class ServerAgent:
             payload=payload,
             sent_at=time.time(),
         )
-        await self.broker.publish(self.topics["broadcast"], None, self._seal(env.encode()))
+        sealed = env.encode()
+        if self.signer is not None:
+            sealed = self.signer.seal_for_every_client(sealed, self.session)
+        await self.broker.publish(self.topics["broadcast"], None, sealed)
         return len(payload)
 
-    def _seal(self, envelope_bytes: bytes) -> bytes:
-        """A message of the server as it goes on the wire: signed if signing is on."""
+    def _seal_about(self, envelope_bytes: bytes, m: int) -> bytes:
+        """The server's message about client ``m`` as it goes on the wire: signed with ``m``'s
+        key if this run signs."""
         if self.signer is None:
             return envelope_bytes
-        return self.signer.seal(envelope_bytes, SERVER)
+        return self.signer.seal_about(envelope_bytes, m, self.session)
 
     def _replay(self) -> Any:
-        """Start the state machine and replay the checkpointed phases; the open phase's msg."""
+        """Start the state machine and replay the checkpointed phases; the open phase's msg.
+        A signing run takes its session from the checkpoint, or draws a new one."""
         msg = self.server.start()
-        for closed in self.checkpoint.load():
+        closed_phases = self.checkpoint.load()
+        if self.signer is not None:
+            self.session = self.checkpoint.session or secrets.token_hex(16)
+            self.checkpoint.session = self.session
+        for closed in closed_phases:
             for m, payload in sorted(closed.reports.items()):
                 report = decode_report(self.algorithm, unpackb(payload))
                 self.server.receive(m, report)
@@ -453,11 +492,11 @@ class ServerAgent:
         for m, gate in self.server.gates.items():
             for phase, event in gate.drain():
                 record = release_record(self.run_id, m, phase, event, by_server=True)
-                await self.broker.publish(topic, str(m), self._seal(record))
+                await self.broker.publish(topic, str(m), self._seal_about(record, m))
             if end:
                 releases = len(self.run_ledger.ledger.history(self.run_id, m))
                 record = end_record(self.run_id, m, releases, by_server=True)
-                await self.broker.publish(topic, str(m), self._seal(record))
+                await self.broker.publish(topic, str(m), self._seal_about(record, m))
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
@@ -466,7 +505,9 @@ class ServerAgent:
             for m in range(self.n_clients):
                 if budget is not None:
                     record = budget_record(self.run_id, m, budget, by_server=True)
-                    await self.broker.publish(self.topics["ledger"], str(m), self._seal(record))
+                    await self.broker.publish(
+                        self.topics["ledger"], str(m), self._seal_about(record, m)
+                    )
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             self.phase = int(msg.phase)
@@ -482,12 +523,17 @@ class ServerAgent:
         await self._publish(msg)
 
     async def _wait_for_telemetry(self) -> None:
-        """Until every client's telemetry covers its budget, or ``telemetry_timeout_s``. Clients
-        send their last telemetry when they see the final answer, so while some is missing the
-        final answer is broadcast again every ``rebroadcast_s`` (one may have been lost)."""
+        """Until every client's telemetry covers its budget and every client has left (a client
+        leaves once it saw the final answer, after its last telemetry and ledger records), or
+        ``telemetry_timeout_s``. Meanwhile the final answer is broadcast again every
+        ``rebroadcast_s``: a client that lost it would otherwise wait for it forever."""
         stop = time.monotonic() + self.settings.telemetry_timeout_s
         expected = expected_use(self.n_clients, self.budget, withdrawn_clients(self.server))
-        while not self.sums.complete(expected) and time.monotonic() < stop:
+
+        def done() -> bool:
+            return self.sums.complete(expected) and len(self.left) == self.n_clients
+
+        while not done() and time.monotonic() < stop:
             self._wakeup.clear()
             wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
             try:
@@ -496,7 +542,15 @@ class ServerAgent:
                 if time.monotonic() < stop:
                     self._count("broadcast_repeated")
                     await self._publish(self.finished)
-        missing = np.flatnonzero(self.sums.used < expected).tolist()
+        gone = sorted(set(range(self.n_clients)) - self.left)
+        if gone:
+            log.warning(
+                "run %s: %d client(s) did not confirm the final answer (first: %s)",
+                self.run_id,
+                len(gone),
+                gone[:5],
+            )
+        missing = np.flatnonzero(self.sums.received < expected).tolist()
         if missing:
             log.warning(
                 "run %s: telemetry incomplete for %d client(s) (first: %s); their regret is "
@@ -620,8 +674,11 @@ class ServerAgent:
                 opener=None if self.signer is None else self.signer.open,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
+            self.rejected.update({("ledger", why): n for why, n in rebuilt.reasons.items()})
             if self.metrics is not None and rebuilt.skipped:
                 self.metrics.ledger_invalid.inc(rebuilt.skipped)
+                for why, n in rebuilt.reasons.items():
+                    self.metrics.on_rejected("ledger", why, n)
             return run_ledger.block(range(self.n_clients), stopped)
         finally:
             run_ledger.close()

@@ -96,6 +96,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "EPSILON_BUCKETS",
     "PHASE_DURATION_BUCKETS",
+    "REJECT_REASONS",
     "REPORT_OUTCOMES",
     "FederationMetrics",
     "PhaseCounts",
@@ -105,6 +106,21 @@ log = logging.getLogger(__name__)
 
 REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
 CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "invalid")
+REJECTED_TOPICS = ("report", "control", "ledger", "broadcast")
+REJECT_REASONS = (
+    "malformed",  # undecodable (or, in a signing run, not a signed envelope)
+    "missing_signature",
+    "unknown_sender",
+    "bad_signature",
+    "wrong_run",
+    "wrong_kind",
+    "wrong_key",  # the record key is not the sender's id
+    "replay",  # another session of the run (signing runs)
+    "late",  # an earlier phase
+    "future_phase",
+    "bad_payload",  # a body the algorithm refuses
+)
+"""Why a message is refused: the ``reason`` label of ``fedxab_messages_rejected_total``."""
 DIRECTIONS = ("up", "down")
 ROLES = ("federation", "server", "client")
 
@@ -224,6 +240,9 @@ METRICS: dict[str, str] = {
     "(join, leave, heartbeat, telemetry, invalid).",
     "fedxab_broadcasts_repeated": "Broadcasts the server published again (a stalled phase).",
     "fedxab_broadcasts_invalid": "Broadcasts a client agent rejected as invalid.",
+    "fedxab_messages_rejected": "Messages refused, by topic (report, control, ledger, "
+    "broadcast) and reason (malformed, bad_signature, missing_signature, unknown_sender, "
+    "wrong_run, replay, late, future_phase, ...).",
     "fedxab_ledger_records_invalid": "Invalid records the server skipped on the ledger topic.",
     "fedxab_cumulative_regret": "Global cumulative regret averaged over clients, "
     "(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s})).",
@@ -306,6 +325,10 @@ class FederationMetrics:
         self.broadcasts_repeated = counter("fedxab_broadcasts_repeated")
         self.broadcasts_invalid = counter("fedxab_broadcasts_invalid")
         self.ledger_invalid = counter("fedxab_ledger_records_invalid")
+        self._rejected = counter("fedxab_messages_rejected", ("topic", "reason"))
+        for topic in REJECTED_TOPICS:  # every series from 0, so rate() sees the first one
+            for reason in REJECT_REASONS:
+                self._rejected.labels(topic, reason)
         self.cumulative_regret = gauge("fedxab_cumulative_regret")
         self.local_cumulative_regret = gauge("fedxab_local_cumulative_regret")
         self.global_simple_regret = gauge("fedxab_global_simple_regret")
@@ -408,6 +431,11 @@ class FederationMetrics:
         """``n`` reports received with ``outcome`` (:data:`REPORT_OUTCOMES`)."""
         if n:
             self._reports[outcome].inc(n)
+
+    def on_rejected(self, topic: str, reason: str, n: int = 1) -> None:
+        """``n`` messages of ``topic`` refused for ``reason``."""
+        if n:
+            self._rejected.labels(topic, reason).inc(n)
 
     def on_control(self, kind: str) -> None:
         """One control-topic message of ``kind`` (join, leave, heartbeat, telemetry, invalid)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.ledger import Budget, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
+from fedxab.security.signing import Opened, SignatureError
 
 __all__ = [
     "Rebuild",
@@ -111,24 +113,31 @@ async def read_to_end(broker: Broker, topic: str) -> list[Record]:
 
 @dataclass
 class Rebuild:
-    """What :func:`rebuild_ledger` read: records skipped as invalid, and the clients whose end
-    marker it saw (their mirror is complete)."""
+    """What :func:`rebuild_ledger` read: records skipped as invalid (by reason), and the
+    clients whose end marker it saw (their mirror is complete)."""
 
     skipped: int = 0
     ended: set[int] = field(default_factory=set)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def _unsigned(value: bytes) -> Opened:
+    return Opened(Envelope.decode(value), "")
 
 
 def apply_record(
     ledger: PrivacyLedger,
     run_id: str,
     record: Record,
-    opener: Callable[[bytes], Envelope] | None = None,
+    opener: Callable[[bytes], Opened] | None = None,
 ) -> int | None:
     """Apply one ledger-topic record; the client id if it is an end marker, else None.
-    ProtocolError if it is not a valid record for ``run_id``. ``opener`` turns the record's
-    value into its envelope (default: :meth:`Envelope.decode`; signed runs: a verifier, whose
-    :class:`~fedxab.security.signing.SignatureError` is a ProtocolError)."""
-    env = (opener or Envelope.decode)(record.value)
+    ProtocolError if it is not a valid record for ``run_id``. ``opener`` verifies the record's
+    value and returns its envelope (signed runs; its
+    :class:`~fedxab.security.signing.SignatureError` is a ProtocolError); without it the value
+    is only decoded. A signed server's record must be signed for the client it names."""
+    opened = (opener or _unsigned)(record.value)
+    env = opened.envelope
     if env.run_id != run_id or env.kind != "ledger":
         raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
     body = env.body()
@@ -139,6 +148,10 @@ def apply_record(
         client = body.get("client")
         if type(client) is not int or client < 0:
             raise ProtocolError(f"a server's ledger entry must name a client, got {client!r}")
+        if opener is not None and client != opened.for_client:
+            raise SignatureError(
+                "bad_signature", f"server's entry for client {client} signed for another"
+            )
     if client is None:
         raise ProtocolError(f"ledger entry from {env.sender!r}")
     entry = body.get("entry")
@@ -169,7 +182,7 @@ async def rebuild_ledger(
     *,
     expect: set[int] | None = None,
     timeout_s: float = 60.0,
-    opener: Callable[[bytes], Envelope] | None = None,
+    opener: Callable[[bytes], Opened] | None = None,
 ) -> Rebuild:
     """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
 
@@ -186,6 +199,7 @@ async def rebuild_ledger(
             ended = apply_record(ledger, run_id, record, opener)
         except (ProtocolError, ConfigError) as exc:  # malformed, or an event no accountant takes
             result.skipped += 1
+            result.reasons[exc.reason if isinstance(exc, SignatureError) else "malformed"] += 1
             log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)
             return
         if ended is not None:

@@ -1,10 +1,11 @@
-"""Message authentication for federations across organisations (issue 8).
+"""Message authentication for federations across organisations.
 
-:mod:`fedxab.security.keys`: one secret key per party (the server and each client), in key files
+:mod:`fedxab.security.keys`: one secret key per client, shared with the server only, in key files
 with owner-only permissions or an environment variable, wrapped in :class:`SecretKey` so that
 they never appear in a repr, a log line or a traceback. :mod:`fedxab.security.signing`:
-HMAC-SHA256 tags over encoded envelopes, a signed wrapper and :func:`open_signed`, which accepts
-an envelope only if the claimed sender's key signed it.
+HMAC-SHA256 tags over encoded envelopes (the server's messages carry one tag per client), sessions
+against replay, and :func:`open_signed`. :mod:`fedxab.security.agents`: whether a run signs and
+which keys each party loads.
 """
 
 from fedxab.security.keys import (
@@ -16,16 +17,18 @@ from fedxab.security.keys import (
     load_key_from_env,
 )
 from fedxab.security.signing import (
+    Opened,
     SignatureError,
     SignedEnvelope,
     open_signed,
-    sign,
-    sign_envelope,
-    verify,
+    seal,
+    seal_for_every_client,
+    tag,
 )
 
 __all__ = [
     "KEY_BYTES",
+    "Opened",
     "SecretKey",
     "SignatureError",
     "SignedEnvelope",
@@ -34,7 +37,7 @@ __all__ = [
     "load_key",
     "load_key_from_env",
     "open_signed",
-    "sign",
-    "sign_envelope",
-    "verify",
+    "seal",
+    "seal_for_every_client",
+    "tag",
 ]

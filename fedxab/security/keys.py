@@ -1,15 +1,16 @@
-"""Per-party secret keys: generation, key files with owner-only permissions, loading.
+"""Per-client secret keys: generation, key files with owner-only permissions, loading.
 
-Every party of a federation -- the server (``"server"``) and each client (``"client-N"``, the
-envelope sender names of :mod:`fedxab.broker.codec`) -- has its own 32-byte key from
-:mod:`secrets`. The server holds every key; a client holds its own only.
+Every client of a federation (``"client-N"``, the envelope sender names of
+:mod:`fedxab.broker.codec`) has its own 32-byte key from :mod:`secrets`, shared with the server
+and nobody else: the server holds every client's key, a client its own only. The server has no
+key of its own: it signs with each client's key (:mod:`fedxab.security.signing` says why).
 
 A key file is two lines of text::
 
     fedxab-key v1 party=client-3
     <64 hex digits>
 
-:func:`generate_keys` writes ``server.key`` and ``client-N.key`` with mode 0o600 (created so,
+:func:`generate_keys` writes one ``client-N.key`` per client with mode 0o600 (created so,
 with ``O_CREAT | O_EXCL``: the bytes never exist with looser permissions, and an existing file is
 never overwritten). :func:`load_key` refuses a key file that its group or others may read, and one
 written for another party. :func:`load_key_from_env` reads the 64 hex digits from an environment
@@ -28,7 +29,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from fedxab.broker.codec import SERVER, client_sender
+from fedxab.broker.codec import client_sender
 from fedxab.errors import FedxabError
 
 __all__ = [
@@ -45,14 +46,14 @@ __all__ = [
 KEY_BYTES = 32
 """Length of a key, in bytes (HMAC-SHA256's block-size-safe, full-strength key)."""
 
-_HEADER_RE = re.compile(r"fedxab-key v1 party=(server|client-[0-9]{1,18})")
+_HEADER_RE = re.compile(r"fedxab-key v1 party=(client-[0-9]{1,18})")
 _HEX_RE = re.compile(rf"[0-9a-f]{{{2 * KEY_BYTES}}}")
-_PARTY_RE = re.compile(r"server|client-[0-9]{1,18}")
+_PARTY_RE = re.compile(r"client-[0-9]{1,18}")
 
 
 def _check_party(party: str) -> str:
     if not isinstance(party, str) or not _PARTY_RE.fullmatch(party):
-        raise FedxabError(f"key party must be {SERVER!r} or 'client-<id>', got {party!r:.80}")
+        raise FedxabError(f"key party must be 'client-<id>', got {party!r:.80}")
     return party
 
 
@@ -98,7 +99,7 @@ class SecretKey:
 
 
 def key_file_name(party: str) -> str:
-    """The key file name of ``party``: ``server.key`` or ``client-N.key``."""
+    """The key file name of ``party``: ``client-N.key``."""
     return f"{_check_party(party)}.key"
 
 
@@ -149,16 +150,17 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def generate_keys(n_clients: int, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``server.key`` and ``client-0.key`` .. ``client-{n-1}.key`` in ``out_dir``.
+    """Write ``client-0.key`` .. ``client-{n-1}.key`` in ``out_dir``.
 
     Each file is created with mode 0o600 (``out_dir``, if created, with 0o700). If any of the
     files already exists, nothing is written and a :class:`FedxabError` names it. Returns the
-    paths written, the server's first.
+    paths written, in client order. The server uses the whole directory; client ``m`` gets
+    ``client-m.key`` only.
     """
     if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
         raise FedxabError(f"clients: must be an integer >= 1, got {n_clients!r}")
     out = Path(out_dir)
-    parties = [SERVER, *(client_sender(i) for i in range(n_clients))]
+    parties = [client_sender(i) for i in range(n_clients)]
     paths = [out / key_file_name(p) for p in parties]
     existing = [p for p in paths if os.path.lexists(p)]
     if existing:
@@ -226,7 +228,7 @@ def load_key_from_env(var: str, party: str) -> SecretKey:
     _check_party(party)
     value = os.environ.get(var)
     if value is None or not value.strip():
-        raise FedxabError(f"environment variable {var} is not set (expected {party!r}'s key)")
+        raise FedxabError(f"environment variable {var} is not set (expected {party}'s key)")
     where = f"environment variable {var}"
     if value.strip().startswith("fedxab-key"):
         key = parse_key_text(value, where)

@@ -17,6 +17,8 @@ from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import RunConflictError, ServerAgent
+from fedxab.algorithms.protocol import Finished
+from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import run_topics
 from fedxab.broker.codec import Envelope, client_sender, packb
 from fedxab.broker.faults import FaultyBroker
@@ -287,4 +289,45 @@ def test_lost_broadcasts_and_reports_are_recovered_by_rebroadcasting_a_stalled_p
     record, server = asyncio.run(main())
     assert broker.injected["dropped"] > 0
     assert server.counts["broadcast_repeated"] > 0
+    assert _without_time(record) == _in_process(config)
+
+
+class LosesTheFirstFinal(MemoryBroker):
+    """Loses the first copy of the server's final answer."""
+
+    def __init__(self, algorithm: str) -> None:
+        super().__init__()
+        self.algorithm = algorithm
+        self.lost = 0
+
+    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
+        if topic.endswith(".broadcast") and not self.lost:
+            body = decode_broadcast(self.algorithm, Envelope.decode(value).body())
+            if isinstance(body, Finished):
+                self.lost += 1
+                return
+        await super().publish(topic, key, value)
+
+
+@pytest.mark.parametrize("algorithm", ["fedpne", "dpfedpne"])
+def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
+    """The clients' telemetry is complete before the final answer: without the clients' leave
+    messages the server would stop there, and a client that lost the answer would wait forever."""
+    data = _config(rebroadcast_s=0.05, telemetry_timeout_s=20, telemetry_interval_s=1e-6).to_dict()
+    if algorithm == "dpfedpne":  # the clients' ledger end markers come with the final answer
+        data["algorithm"] = {"name": algorithm, "epsilon": 0.5, "privacy_delta": 1e-3}
+        data["run"]["budget"] = 20_000
+        data["privacy"] = {}
+    config = config_from_dict(data)
+    broker = LosesTheFirstFinal(algorithm)
+
+    async def main():
+        _, server, clients = await _agents(config, broker)
+        async with asyncio.timeout(15):
+            record, *_ = await asyncio.gather(server.run(), *(c.run() for c in clients))
+        return record, server
+
+    record, server = asyncio.run(main())
+    assert broker.lost == 1 and server.counts["broadcast_repeated"] >= 1
+    assert server.left == set(range(6))
     assert _without_time(record) == _in_process(config)

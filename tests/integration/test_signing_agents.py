@@ -1,29 +1,36 @@
-"""Signed agents ([security] sign = true) on the embedded broker: same results as unsigned runs;
-forged reports and broadcasts are rejected, counted and change nothing; a missing key stops an
-agent before it starts."""
+"""Signed agents on the embedded broker: same results as unsigned runs; forged, replayed and
+stale reports and forged broadcasts are rejected, counted and change nothing; a client without its
+key cannot join; keys never appear in logs, results, metrics or the ledger."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import logging
+import sqlite3
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.server import ServerAgent
-from fedxab.broker.base import run_topics
-from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
+from fedxab.broker.base import Record, run_topics
+from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpackb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
-from fedxab.errors import ConfigError, FedxabError
+from fedxab.errors import FedxabError
+from fedxab.monitoring.metrics import FederationMetrics
+from fedxab.security.agents import key_env_var, signing_on
 from fedxab.security.keys import SecretKey, generate_keys, load_key
-from fedxab.security.signing import SignedEnvelope, sign_envelope
+from fedxab.security.signing import SignedEnvelope, seal, seal_for_every_client
 
 SEED = 3
 
 
-def _config(keys_dir=None, *, algorithm="fedpne", clients=6, budget=3000, **extra):
+def _config(keys_dir=None, *, algorithm="fedpne", clients=6, budget=3000, sign=None, **extra):
     data = {
         "run": {"budget": budget},
         "objective": {"name": "garland"},
@@ -31,8 +38,13 @@ def _config(keys_dir=None, *, algorithm="fedpne", clients=6, budget=3000, **extr
         "federation": {"clients": clients, "heterogeneity": "offset"},
         **extra,
     }
+    security = {}
     if keys_dir is not None:
-        data["security"] = {"keys_dir": str(keys_dir), "sign": True}
+        security = {"keys_dir": str(keys_dir), "sign": True}
+    if sign is not None:
+        security["sign"] = sign
+    if security:
+        data["security"] = security
     return config_from_dict(data)
 
 
@@ -50,11 +62,19 @@ def keys(tmp_path):
 
 def test_security_section_is_a_deployment_setting(keys):
     plain, signed = _config(), _config(keys)
-    assert signed.security.sign and not plain.security.sign
+    assert signed.security.sign and not signing_on(plain)
     assert plain.experiment_dict() == signed.experiment_dict()
     assert run_id_for(plain, SEED) == run_id_for(signed, SEED)
-    with pytest.raises(ConfigError, match="keys_dir"):
-        config_from_dict({**plain.to_dict(), "security": {"sign": True}})
+
+
+def test_kafka_runs_sign_by_default_the_embedded_broker_does_not():
+    def on(url, sign=None):
+        return signing_on(_config(sign=sign, broker={"url": url}))
+
+    assert on("kafka://127.0.0.1:9092")
+    assert not on("kafka://127.0.0.1:9092", sign=False)
+    assert not on("memory://") and not on("inprocess://")
+    assert on("memory://", sign=True)
 
 
 @pytest.mark.parametrize(
@@ -76,29 +96,58 @@ def test_a_signed_run_gives_exactly_the_unsigned_results(keys, algorithm, extra)
         assert signed.privacy == plain.privacy is not None
 
 
-def _forged_reports(keys, run_id: str, phase: int) -> list[tuple[str, bytes]]:
-    """(record key, value): reports for the open phase that a signed server must refuse."""
+def test_keys_can_come_from_environment_variables(keys, monkeypatch):
+    for m in range(4):
+        monkeypatch.setenv(key_env_var(m), (keys / f"client-{m}.key").read_text())
+    from_env = _config(clients=4, sign=True)
+    record = asyncio.run(run_on_broker(from_env, SEED, MemoryBroker(), hosts=2))
+    plain = asyncio.run(run_on_broker(_config(clients=4), SEED, MemoryBroker(), hosts=2))
+    assert _without_time(record) == _without_time(plain)
+    monkeypatch.delenv(key_env_var(3))
+    with pytest.raises(FedxabError, match="client-3's key.*FEDXAB_KEY_CLIENT_3 is not set"):
+        ClientAgent(from_env, SEED, MemoryBroker(), run_id="r", client_ids=[3])
+
+
+def _report(run_id: str, phase: int, sender: str = "client-0") -> Envelope:
     body = {"kind": "fedpne.report", "phase": phase, "client": 0, "complete": True}
-    env = Envelope(
+    return Envelope(
         run_id=run_id,
         kind="report",
         phase=phase,
-        sender=client_sender(0),
+        sender=sender,
         msg_id="report:x",
         payload=packb({**body, "means": np.array([0.5])}),
     )
+
+
+def _forged_reports(keys, run_id: str, phase: int, session: str) -> list[tuple[str, bytes]]:
+    """(record key, value): reports for the open phase that a signing server must refuse, each
+    with the reason it must give."""
+    env = _report(run_id, phase).encode()
     own = load_key(keys / "client-0.key", "client-0")
-    wire = SignedEnvelope.decode(sign_envelope(env, own))
-    tampered = bytearray(wire.envelope)
+    good = SignedEnvelope.decode(seal(env, own, session=session))
+    tampered = bytearray(good.envelope)
     tampered[-3] ^= 0x01
     return [
-        ("0", sign_envelope(env, SecretKey.generate("client-0"))),  # wrong key
+        ("bad_signature", seal(env, SecretKey.generate("client-0"), session=session)),
         # another client's id: client 1 signs a report that claims to come from client 0
-        ("0", sign_envelope(env.encode(), load_key(keys / "client-1.key", "client-1"))),
-        ("0", SignedEnvelope(bytes(tampered), wire.sig).encode()),  # tampered payload
-        ("0", SignedEnvelope(wire.envelope, b"").encode()),  # stripped signature
-        ("0", env.encode()),  # unsigned
+        ("bad_signature", seal(env, load_key(keys / "client-1.key", "client-1"), session=session)),
+        ("bad_signature", SignedEnvelope(bytes(tampered), good.sig, session).encode()),
+        ("missing_signature", packb({"envelope": env, "sig": b"", "session": session})),
+        ("malformed", env),  # unsigned
+        ("malformed", b"\x93garbage"),
+        ("unknown_sender", seal(_report(run_id, phase, "client-9").encode(), own)),
     ]
+
+
+def _sent_by(value: bytes) -> Envelope:
+    return Envelope.decode(unpackb(value)["envelope"])
+
+
+async def _until(condition, what: str, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.002)
 
 
 def test_forged_reports_are_rejected_counted_and_change_nothing(keys):
@@ -108,37 +157,108 @@ def test_forged_reports_are_rejected_counted_and_change_nothing(keys):
     async def main():
         broker = MemoryBroker()
         run_id = run_id_for(config, SEED)
-        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        metrics = FederationMetrics()
+        server = ServerAgent(config, SEED, broker, run_id=run_id, metrics=metrics)
         first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
-        async with asyncio.timeout(10):
-            while server.counts["report_accepted"] < 5:  # phase 1 waits for client 5
-                await asyncio.sleep(0.001)
-        forged = _forged_reports(keys, run_id, server.phase)
+        await _until(lambda: server.counts["report_accepted"] == 5, "5 reports")  # waits for 5
+        forged = _forged_reports(keys, run_id, server.phase, server.session)
         topics = run_topics("fedxab", run_id)
-        for key, value in forged:
-            await broker.publish(topics["report"], key, value)
-            await broker.publish(topics["control"], key, value)  # wrong kind, still refused
-        # a broadcast signed by a client, and an unsigned one: the clients refuse both
-        broadcast = Envelope(
-            run_id=run_id,
-            kind="broadcast",
-            phase=server.phase,
-            sender=SERVER,
-            msg_id="b",
-            payload=b"",
+        for _, value in forged:
+            await broker.publish(topics["report"], "0", value)
+            await broker.publish(topics["control"], "0", value)
+        # a broadcast a client signed (its own tag right, the others guessed), and an unsigned
+        # one: every other client refuses both
+        broadcast = Envelope(run_id, "broadcast", server.phase, SERVER, "b", b"").encode()
+        guessed = [load_key(keys / "client-0.key", "client-0")]
+        guessed += [SecretKey.generate(client_sender(m)) for m in range(1, 6)]
+        await broker.publish(topics["broadcast"], None, broadcast)
+        await broker.publish(
+            topics["broadcast"], None, seal_for_every_client(broadcast, guessed, session="x")
         )
-        await broker.publish(topics["broadcast"], None, broadcast.encode())
         last = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5])
         tasks.append(asyncio.create_task(last.run()))
         record, *_ = await asyncio.gather(*tasks)
-        return record, server, first, last, len(forged)
+        return record, server, first, last, forged, metrics
 
-    record, server, first, last, n = asyncio.run(main())
-    assert server.counts["signature_invalid"] == 2 * n
-    assert server.counts["report_invalid"] == n
-    assert server.counts["control_invalid"] == n
-    assert first.counts["broadcast_invalid"] == 1 and last.counts["broadcast_invalid"] == 1
+    record, server, first, last, forged, metrics = asyncio.run(main())
+    expected = {}
+    for reason, _ in forged:
+        for topic in ("report", "control"):
+            expected[topic, reason] = expected.get((topic, reason), 0) + 1
+    assert dict(server.rejected) == expected
+    assert server.counts["report_invalid"] == server.counts["control_invalid"] == len(forged)
+    exposition = generate_latest(metrics.registry).decode()
+    for (topic, reason), n in expected.items():
+        line = f'fedxab_messages_rejected_total{{reason="{reason}",topic="{topic}"}} {n}.0'
+        assert line in exposition
+    assert first.counts["broadcast_invalid"] == 2 and last.counts["broadcast_invalid"] == 2
+    assert _without_time(record) == _without_time(clean)
+
+
+class HoldingBroker(MemoryBroker):
+    """Holds client 5's report of phase 2 until :attr:`release` is set (phase 1 is Fed-PNE's
+    first with reports, so phase 2 is the first with an earlier phase's reports to replay)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
+        if topic.endswith(".report") and key == "5" and _sent_by(value).phase == 2:
+            self.held.set()
+            await self.release.wait()
+        await super().publish(topic, key, value)
+
+
+async def _reports(broker: MemoryBroker, topic: str) -> dict[tuple[str, int], bytes]:
+    from fedxab.privacy.mirror import read_to_end
+
+    records: list[Record] = await read_to_end(broker, topic)
+    return {(_sent_by(r.value).sender, _sent_by(r.value).phase): r.value for r in records}
+
+
+def test_replayed_reports_of_an_earlier_phase_or_execution_are_refused(keys):
+    """A valid report of phase p-1 replayed in phase p is refused as late; a valid report of
+    the same run (same run id, config and seed) from an earlier execution is refused as a
+    replay, even for the very client and phase the server is waiting for."""
+    config = _config(keys)
+    run_id = run_id_for(config, SEED)
+    topic = run_topics("fedxab", run_id)["report"]
+
+    async def earlier_execution():
+        broker = MemoryBroker()
+        record = await run_on_broker(config, SEED, broker, hosts=2)
+        return record, await _reports(broker, topic)
+
+    clean, earlier = asyncio.run(earlier_execution())
+
+    async def main():
+        broker = HoldingBroker()
+        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        tasks = [
+            asyncio.create_task(server.run()),
+            asyncio.create_task(ClientAgent(config, SEED, broker, run_id=run_id,
+                                            client_ids=[0, 1, 2, 3, 4]).run()),
+            asyncio.create_task(ClientAgent(config, SEED, broker, run_id=run_id,
+                                            client_ids=[5]).run()),
+        ]  # fmt: skip
+        await asyncio.wait_for(broker.held.wait(), 20)
+        await _until(lambda: server.counts["report_accepted"] == 6 + 5, "phase 2 but client 5")
+        assert server.phase == 2
+        this = await _reports(broker, topic)
+        await broker.publish(topic, "0", this["client-0", 1])  # phase p-1, this execution
+        replay = earlier["client-5", 2]  # the awaited report, from the earlier execution
+        await MemoryBroker.publish(broker, topic, "5", replay)  # (not held)
+        await _until(lambda: sum(server.rejected.values()) == 2, "the two replays refused")
+        assert server.counts["report_accepted"] == 11
+        broker.release.set()
+        record, *_ = await asyncio.gather(*tasks)
+        return record, server
+
+    record, server = asyncio.run(main())
+    assert dict(server.rejected) == {("report", "late"): 1, ("report", "replay"): 1}
     assert _without_time(record) == _without_time(clean)
 
 
@@ -151,3 +271,44 @@ def test_a_client_without_its_key_file_cannot_start(keys):
         ClientAgent(config, SEED, MemoryBroker(), run_id=run_id, client_ids=[3, 4])
     with pytest.raises(FedxabError, match=r"client-4\.key"):
         ServerAgent(config, SEED, MemoryBroker(), run_id=run_id)
+
+
+def _spellings(key: SecretKey) -> list[bytes]:
+    """The ways a key's bytes could be written down: raw, hex, base64, a key file's line."""
+    raw = key.reveal()
+    return [raw, raw.hex().encode(), raw.hex().upper().encode(), base64.b64encode(raw),
+            base64.urlsafe_b64encode(raw), repr(raw).encode(), str(list(raw)).encode()]  # fmt: skip
+
+
+def test_keys_never_appear_in_logs_results_metrics_or_the_ledger(keys, tmp_path, caplog):
+    ledger = tmp_path / "ledger.sqlite"
+    config = _config(
+        keys,
+        algorithm="dpfedpne",
+        clients=6,
+        budget=20_000,
+        params={"epsilon": 0.5, "privacy_delta": 1e-3},
+        privacy={"ledger": str(ledger)},
+    )
+    metrics = FederationMetrics()
+    with caplog.at_level(logging.DEBUG):
+        record = asyncio.run(run_on_broker(config, SEED, MemoryBroker(), hosts=2, metrics=metrics))
+        logging.getLogger("fedxab").debug("config: %r", config)
+    assert record.privacy is not None and ledger.stat().st_size > 0
+    with sqlite3.connect(ledger) as db:  # every value of every table
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        ledger_dump = "\n".join(repr(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables)
+    texts = {
+        "logs": caplog.text.encode(),
+        "results": json.dumps(record.to_dict()).encode(),
+        "metrics": generate_latest(metrics.registry),
+        "ledger file": ledger.read_bytes(),
+        "ledger rows": ledger_dump.encode(),
+        "config": repr(config).encode() + json.dumps(config.to_dict()).encode(),
+    }
+    assert "INFO" in caplog.text or "WARNING" in caplog.text or caplog.records  # logs were taken
+    for m in range(6):
+        key = load_key(keys / f"client-{m}.key", client_sender(m))
+        for where, text in texts.items():
+            for spelling in _spellings(key):
+                assert spelling not in text, f"client {m}'s key in the {where}"

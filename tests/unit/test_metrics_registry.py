@@ -40,6 +40,8 @@ BOUNDED_LABELS = {
     "outcome",
     "kind",
     "le",
+    "topic",
+    "reason",
 }
 
 

@@ -1,0 +1,67 @@
+"""Telemetry in pieces: a long phase's regret terms travel as several messages of bounded size;
+the server's sums are the same, bit for bit, and a missing piece leaves them incomplete."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedxab.agents.client import _batches
+from fedxab.agents.evaluation import RegretSums, Telemetry
+
+
+def _telemetry(phase: int, client: int, start: int, count: int, seed: int = 0) -> Telemetry:
+    rng = np.random.default_rng([seed, phase, client])
+    return Telemetry(phase, client, start, count, rng.random(count), rng.random(count))
+
+
+def test_split_cuts_at_fixed_offsets_and_keeps_every_term():
+    whole = _telemetry(3, 1, 100, 10)
+    pieces = whole.split(4)
+    assert [(p.start, p.count) for p in pieces] == [(100, 4), (104, 4), (108, 2)]
+    assert all(p.phase == 3 and p.client == 1 for p in pieces)
+    for name in ("global_terms", "local_terms"):
+        joined = np.concatenate([getattr(p, name) for p in pieces])
+        np.testing.assert_array_equal(joined, getattr(whole, name))
+    assert whole.split(10) == [whole]
+
+
+def test_batches_hold_at_most_the_limit_and_keep_the_order():
+    entries = [_telemetry(p, 0, 30 * p, n) for p, n in enumerate([3, 0, 25, 1, 7])]
+    batches = _batches(entries, 8)
+    assert all(sum(t.count for t in b) <= 8 for b in batches)
+    flat = [t for b in batches for t in b]
+    assert [(t.phase, t.start, t.count) for t in flat] == [
+        (0, 0, 3), (1, 30, 0), (2, 60, 8), (2, 68, 8), (2, 76, 8), (2, 84, 1), (3, 90, 1),
+        (4, 120, 7),
+    ]  # fmt: skip
+    assert _batches([], 8) == []
+
+
+def _sums(entries: list[Telemetry]) -> RegretSums:
+    sums = RegretSums(2, 60, global_known=True, local_known=True)
+    for t in entries:
+        sums.add(t)
+    sums.flush()
+    return sums
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7, 30])
+def test_the_sums_of_pieces_equal_the_sums_of_whole_entries(piece):
+    whole = [_telemetry(p, m, 20 * p, 20) for p in range(3) for m in range(2)]
+    pieces = [q for t in whole for q in t.split(piece)]
+    a, b = _sums(whole), _sums(pieces[::-1] + pieces[:5])  # any order, some twice
+    for name in ("global_sum", "local_sum", "global_simple_sum", "local_simple_sum"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.evaluations_by_phase == b.evaluations_by_phase == {0: 40, 1: 40, 2: 40}
+    assert b.complete(np.array([60, 60]))
+
+
+def test_a_missing_piece_leaves_the_telemetry_incomplete():
+    pieces = [q for p in range(3) for q in _telemetry(p, 0, 20 * p, 20).split(7)]
+    pieces += _telemetry(0, 1, 0, 60).split(7)
+    sums = _sums(pieces[:4] + pieces[5:])  # one piece of client 0's phase 1 lost
+    assert (sums.used == 60).all()  # the furthest position is there...
+    assert not sums.complete(np.array([60, 60]))  # ...but not every evaluation
+    sums.add(pieces[4])
+    assert sums.complete(np.array([60, 60]))
