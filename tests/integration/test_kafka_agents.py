@@ -11,11 +11,11 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_procs import start_cli, until, wait_ok, without_time
 from outage_proxy import OutageProxy
 
 from fedxab.agents.client import ClientAgent
@@ -26,8 +26,8 @@ from fedxab.broker.codec import unpackb
 from fedxab.broker.devbroker import DevBroker, free_port
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.config import config_from_dict, load_config
+from fedxab.security.keys import generate_keys
 
-FEDXAB = [sys.executable, "-m", "fedxab.cli"]
 SEED = 2
 PROCESS_TIMEOUT = 120  # seconds a whole multi-process run may take before the test fails
 
@@ -46,13 +46,10 @@ name = "fedpne"
 
 [federation]
 clients = 8
+
+[security]  # Kafka runs sign by default: the keys of every client
+keys_dir = "{keys}"
 """
-
-
-def _without_time(run: dict) -> dict:
-    run = dict(run)
-    run.pop("wall_time_s")
-    return run
 
 
 def test_kafka_in_one_process_gives_the_in_process_results(dev_broker):
@@ -71,7 +68,31 @@ def test_kafka_in_one_process_gives_the_in_process_results(dev_broker):
 
     record = asyncio.run(main())
     expected = Federation(config, 1).run().to_dict()
-    assert _without_time(record.to_dict()) == _without_time(expected)
+    assert without_time(record.to_dict()) == without_time(expected)
+
+
+def test_telemetry_of_long_phases_fits_in_kafka_messages(dev_broker):
+    """Two clients, T = 200,000: a late Fed-PNE phase has some 10^5 pulls per client, whose
+    regret terms (16 bytes each) would exceed Kafka's default 1 MB message limit in one message.
+    Telemetry travels in pieces; the results are the in-process run's."""
+    config = config_from_dict(
+        {
+            "run": {"budget": 200_000},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": "fedpne"},
+            "federation": {"clients": 2},
+        }
+    )
+
+    async def main():
+        async with KafkaBroker(dev_broker.address) as broker:
+            return await asyncio.wait_for(run_on_broker(config, 1, broker), 120)
+
+    record = asyncio.run(main())
+    phases = record.to_dict()["communication"]["per_phase"]
+    assert max(p["evaluations"] for p in phases) / 2 > 2**20 / 16  # > 1 MiB of terms per client
+    expected = Federation(config, 1).run().to_dict()
+    assert without_time(record.to_dict()) == without_time(expected)
 
 
 def test_a_broker_outage_mid_run_changes_nothing():
@@ -121,40 +142,21 @@ def test_a_broker_outage_mid_run_changes_nothing():
     assert proxy.outages == 1
     assert phase < record.communication["rounds"]  # the outage came before the last phase
     expected = Federation(config, SEED).run().to_dict()
-    assert _without_time(record.to_dict()) == _without_time(expected)
+    assert without_time(record.to_dict()) == without_time(expected)
 
 
 def _write_config(tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text(CONFIG.format(output=(tmp_path / name).as_posix()))
+    keys = tmp_path / "keys"
+    if not keys.exists():
+        generate_keys(8, keys)
+    path.write_text(CONFIG.format(output=(tmp_path / name).as_posix(), keys=keys.as_posix()))
     return path
-
-
-def _start(*args: str, log: Path) -> subprocess.Popen:
-    handle = open(log, "wb")  # noqa: SIM115 (closed by the process's exit)
-    return subprocess.Popen([*FEDXAB, *args], stdout=handle, stderr=subprocess.STDOUT)
 
 
 def _expected_runs(config_path: Path) -> list[dict]:
     config = load_config(config_path)
-    return [_without_time(Federation(config, s).run().to_dict()) for s in config.run.seeds]
-
-
-def _wait(proc: subprocess.Popen, log: Path) -> None:
-    try:
-        code = proc.wait(PROCESS_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"process did not finish in {PROCESS_TIMEOUT} s:\n{log.read_text()[-3000:]}")
-    assert code == 0, log.read_text()[-3000:]
-
-
-def _until(condition, what: str, timeout: float = 60.0) -> None:
-    stop = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > stop:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return [without_time(Federation(config, s).run().to_dict()) for s in config.run.seeds]
 
 
 class Federation3:
@@ -177,7 +179,7 @@ class Federation3:
         else:
             ids = {"client-a": "0-3", "client-b": "4-7"}[name]
             args = ["client", cfg, "--broker", url, "--client-id", ids]
-        self.procs[name] = _start(*args, log=self.log(name))
+        self.procs[name] = start_cli(*args, log=self.log(name))
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
@@ -195,13 +197,13 @@ class Federation3:
     def finish(self) -> list[dict]:
         try:
             for name, proc in self.procs.items():
-                _wait(proc, self.log(name))
+                wait_ok(proc, self.log(name), PROCESS_TIMEOUT)
         finally:
             for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.kill()
         data = json.loads((self.tmp / "run" / "results.json").read_text())
-        return [_without_time(run) for run in data["runs"]]
+        return [without_time(run) for run in data["runs"]]
 
 
 @pytest.fixture
@@ -221,7 +223,7 @@ def test_a_process_killed_mid_run_and_restarted_changes_nothing(federation, vict
     broadcasts, the server process resumes from its checkpoint; the results are unchanged."""
     for name in ("server", "client-a", "client-b"):
         federation.start(name)
-    _until(federation.phases_checkpointed, "the first closed phase")
+    until(federation.phases_checkpointed, "the first closed phase")
     federation.kill(victim)
     closed = federation.closed_phases()
     federation.start(victim)

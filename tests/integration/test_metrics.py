@@ -16,11 +16,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from cli_procs import Samples, get, log_line, scrape
 from typer.testing import CliRunner
 
 from fedxab.agents.client import ClientAgent
@@ -34,6 +33,8 @@ from fedxab.config import config_from_dict
 from fedxab.monitoring.endpoint import MetricsEndpoint
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.results import load_results, write_results
+from fedxab.security.agents import key_env_var
+from fedxab.security.keys import generate_keys
 
 SEED = 1
 CLIENTS = 4
@@ -57,25 +58,6 @@ def _config(algorithm: str = "fedpne", budget: int = 4000, privacy: dict | None 
     if privacy is not None:
         data["privacy"] = privacy
     return config_from_dict(data)
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Samples:
-    """GET ``url`` and parse it: (sample name, sorted labels) -> value."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.status == 200
-        text = response.read().decode("utf-8")
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def get(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, tuple(sorted(labels.items())))]
 
 
 class Scraper:
@@ -379,17 +361,6 @@ def test_fedxab_run_serves_the_results_values_after_the_end(tmp_path):
 
 
 # ------------------------------------------------------------------ separate processes on Kafka
-def _log_line(log: Path, prefix: str, timeout: float = 120) -> str:
-    """The first line of ``log`` that starts with ``prefix`` (waiting for it)."""
-    stop = time.monotonic() + timeout
-    while time.monotonic() < stop:
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no {prefix!r} line in {log.name}:\n{log.read_text()[-3000:]}")
-
-
 def test_server_and_client_processes_on_kafka_serve_their_own_views(tmp_path, dev_broker):
     """`fedxab server` and two `fedxab client` processes, each with --metrics-port 0: after the
     run the server's endpoint serves the results file's numbers, and each client process its own
@@ -398,6 +369,10 @@ def test_server_and_client_processes_on_kafka_serve_their_own_views(tmp_path, de
     base = [sys.executable, "-m", "fedxab.cli"]
     common = ["--broker", dev_broker.url, "--metrics-port", "0", "--serve-after", "120"]
     slices = {"client-a": "0-1", "client-b": "2-3"}
+    # Kafka runs sign by default: each process gets its keys from the environment, the server
+    # every client's, a client process its own clients' only
+    keys = {m: path.read_text() for m, path in enumerate(generate_keys(4, tmp_path / "keys"))}
+    own = {"server": range(4), "client-a": range(2), "client-b": range(2, 4)}
     procs: dict[str, subprocess.Popen] = {}
     logs = {name: tmp_path / f"{name}.log" for name in ("server", *slices)}
     try:
@@ -410,13 +385,15 @@ def test_server_and_client_processes_on_kafka_serve_their_own_views(tmp_path, de
                     [*base, *args, *common],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=os.environ | {"COLUMNS": "300"},
+                    env=os.environ
+                    | {"COLUMNS": "300"}
+                    | {key_env_var(m): keys[m] for m in own[name]},
                 )
-        urls = {name: _log_line(log, "metrics: ").split()[1] for name, log in logs.items()}
+        urls = {name: log_line(log, "metrics: ").split()[1] for name, log in logs.items()}
         for log in logs.values():
-            _log_line(log, "serving metrics on ")  # the run is over, the endpoint still up
+            log_line(log, "serving metrics on ")  # the run is over, the endpoint still up
         scraped = {name: scrape(url) for name, url in urls.items()}
-        results = _log_line(logs["server"], "results: ").split(" ", 1)[1].strip()
+        results = log_line(logs["server"], "results: ").split(" ", 1)[1].strip()
         (run,) = load_results(results).runs
         for proc in procs.values():
             proc.send_signal(signal.SIGINT)
