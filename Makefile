@@ -4,7 +4,7 @@
 #   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + pytest
 #               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one)
 #   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
-#               transports)
+#               transports, signing)
 #
 # Every recipe line's exit status is kept: a lint error or a failed (or empty, exit code 5)
 # pytest run fails the target.
@@ -34,3 +34,4 @@ bench: $(BIN)/python
 	$(BIN)/python benchmarks/bench_federation.py
 	$(BIN)/python benchmarks/bench_dp_fedpne.py
 	$(BIN)/python benchmarks/bench_transports.py
+	$(BIN)/python benchmarks/bench_signing.py

@@ -12,6 +12,11 @@ Measures, side by side in one run of this script:
    a fresh process), and the same run over Kafka with the server in one process and 4 client
    processes hosting 250 clients each (``fedxab server`` / ``fedxab client``).
 
+Every Kafka run here sets ``[security] sign = false`` explicitly (message signing, issue 8, is
+on by default for Kafka runs), so these numbers measure the transport alone and stay comparable to
+earlier ones; ``bench_signing.py`` runs the same Kafka speed job signed and unsigned and measures
+what signing costs.
+
 Targets (issue "Agents and brokers"): MemoryBroker within 1.5x of in-process; the Kafka run under
 30 s. Run: ``.venv/bin/python benchmarks/bench_transports.py [--markdown] [--repeats N]``.
 """
@@ -52,6 +57,15 @@ def _in_process(config: Any) -> Any:
     from fedxab.agents.federation import Federation
 
     return Federation(config, SEED).run()
+
+
+def with_security(config: Any, sign: bool, keys_dir: str | Path | None = None) -> Any:
+    """``config`` with ``[security] sign`` set explicitly (and ``keys_dir`` if given)."""
+    from fedxab.config import config_from_dict
+
+    data = config.to_dict()
+    data["security"] = {"sign": sign} | ({} if keys_dir is None else {"keys_dir": str(keys_dir)})
+    return config_from_dict(data)
 
 
 def _fresh_namespace(config: Any) -> Any:
@@ -95,7 +109,9 @@ def measure_speed(kafka_address: str, repeats: int) -> dict[str, Any]:
     transports = {
         "in-process": lambda: _in_process(config),
         "MemoryBroker": lambda: _on_broker(config, MemoryBroker),
-        "Kafka (dev broker)": lambda: _on_broker(config, lambda: KafkaBroker(kafka_address)),
+        "Kafka (dev broker)": lambda: _on_broker(
+            with_security(config, sign=False), lambda: KafkaBroker(kafka_address)
+        ),
     }
     _in_process(garland_config(10, 1000))  # warm-up: imports and caches
     times: dict[str, list[float]] = {name: [] for name in transports}
@@ -147,6 +163,7 @@ def kafka_processes(address: str) -> dict[str, Any]:
         path = Path(tmp) / "run.toml"
         data = config.experiment_dict()
         data["run"]["output"] = (Path(tmp) / "out").as_posix()
+        data["security"] = {"sign": False}  # explicitly unsigned: bench_signing.py measures it
         path.write_text(_toml(data))
         fedxab = [sys.executable, "-m", "fedxab.cli"]
         url = f"kafka://{address}"

@@ -1,7 +1,10 @@
-"""The benchmark script of issue 2 runs end to end (``--quick``) and writes its measurements.
+"""Benchmark scripts run end to end at a small size and write their measurements.
 
-Nothing here asserts on speed or memory: timings depend on the machine, and the script itself
-only reports them. The test checks that the measurements exist and are well formed.
+``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``) and ``bench_signing.py`` (issue 8: signing's
+cost on the Kafka Fed-PNE job, M = 10, T = 1000). Nothing here asserts on speed or memory:
+timings depend on the machine, and the scripts only report them. The tests check that the
+measurements exist, are well formed and consistent, and (signing) that the signed runs really
+signed.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "bench_hct_vs_pyxab.py"
+SIGNING_SCRIPT = REPO / "benchmarks" / "bench_signing.py"
 
-pytestmark = pytest.mark.skipif(
+needs_pyxab = pytest.mark.skipif(
     importlib.util.find_spec("PyXAB") is None,
     reason="PyXAB is not installed (pip install pyxab==0.3.0, or the project's `bench` extra); "
     "the benchmark compares fedxab's HCT against it",
@@ -40,6 +44,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     return json.loads(out.read_text()), proc.stdout
 
 
+@needs_pyxab
 def test_quick_run_has_both_optimizers(quick_run: tuple[dict, str]) -> None:
     data, _ = quick_run
     assert data["budgets"] == [1000]
@@ -57,6 +62,7 @@ def test_quick_run_has_both_optimizers(quick_run: tuple[dict, str]) -> None:
             assert r["nodes"] >= 3
 
 
+@needs_pyxab
 def test_same_noise_and_parameters_for_both(quick_run: tuple[dict, str]) -> None:
     data, _ = quick_run
     p = data["parameters"]
@@ -71,6 +77,7 @@ def test_same_noise_and_parameters_for_both(quick_run: tuple[dict, str]) -> None
         assert math.isfinite(row[name]["cumulative_regret"]["mean"])
 
 
+@needs_pyxab
 def test_memory_entry(quick_run: tuple[dict, str]) -> None:
     data, _ = quick_run
     mem = data["memory"]
@@ -83,6 +90,7 @@ def test_memory_entry(quick_run: tuple[dict, str]) -> None:
     assert math.isfinite(mem["cumulative_regret"])
 
 
+@needs_pyxab
 def test_verdicts_are_reported(quick_run: tuple[dict, str]) -> None:
     data, stdout = quick_run
     v = data["verdicts"]
@@ -90,3 +98,71 @@ def test_verdicts_are_reported(quick_run: tuple[dict, str]) -> None:
         assert isinstance(v[key]["meets_target"], bool), key
     assert stdout.count("meets target:") == 3
     assert "PyXAB" in stdout and "fedxab" in stdout
+
+
+# ------------------------------------------------------------------------------ bench_signing
+
+
+@pytest.fixture(scope="module")
+def signing_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    from fedxab.broker.devbroker import dev_broker_available
+
+    available, reason = dev_broker_available()
+    if not available:
+        pytest.skip(f"dev broker unavailable: {reason}")
+    out = tmp_path_factory.mktemp("bench") / "signing.json"
+    small = ["--clients", "10", "--budget", "1000", "--repeats", "1", "--warmups", "0"]
+    proc = subprocess.run(
+        [sys.executable, str(SIGNING_SCRIPT), *small, "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"bench_signing.py failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_signing_bench_signed_runs_really_signed(signing_run: tuple[dict, str]) -> None:
+    data, _ = signing_run
+    assert (data["clients"], data["budget"], data["repeats"], data["warmups"]) == (10, 1000, 1, 0)
+    rounds = data["rounds"]
+    assert rounds > 0 and data["messages_up"] == 10 * rounds
+    assert data["unsigned_signing_calls"] == 0  # sign = false: no signing call at all
+    assert len(data["signed_runs"]) == 1
+    for run in data["signed_runs"]:
+        for op in ("sign", "verify"):
+            calls = run[op]
+            # every report of the run signed by its client and verified by the server, once
+            assert calls["by_kind"]["report"] == data["messages_up"], op
+            assert calls["by_kind"]["broadcast"] >= rounds, op
+            assert calls["failed"] == 0
+            assert calls["calls"] == sum(calls["by_kind"].values())
+            assert calls["bytes"] > 0 and calls["in_run_s"] > 0
+    assert data["signing_on"] is True
+    assert data["replay"]["same_signatures"] is True
+    assert data["identical"] is True
+
+
+def test_signing_bench_numbers_are_consistent(signing_run: tuple[dict, str]) -> None:
+    data, stdout = signing_run
+    wall = data["wall_s"]
+    for variant in ("off", "on"):
+        st = wall[variant]
+        assert len(st["times"]) == 1 and 0 < st["min"] <= st["median"] <= st["max"]
+    assert data["ratio"] == pytest.approx(wall["on"]["median"] / wall["off"]["median"])
+    replay = data["replay"]
+    last = data["last_signed_run"]
+    for op in ("sign", "verify"):
+        assert replay[op]["calls"] == last[op]["calls"] > 0
+        assert 0 < replay[op]["min"] <= replay[op]["median"] <= replay[op]["max"]
+    direct = replay["sign"]["median"] + replay["verify"]["median"]
+    assert data["direct_s"] == pytest.approx(direct)
+    assert data["share"] == pytest.approx(direct / wall["off"]["median"])
+    assert data["target_share"] == 0.05
+    assert data["meets_target"] == (data["share"] < 0.05)
+    for title in ("signing off and on", "Signing and verifying every message", "by kind"):
+        assert title in stdout
+    assert stdout.count("meets target:") == 1
+    assert "Results identical with signing off and on: yes" in stdout
