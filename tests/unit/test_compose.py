@@ -411,3 +411,36 @@ def test_dashboard_is_grafana_dashboard_json() -> None:
     for words in ("regret", "phases", "per second", "epsilon against budget", "over budget",
                   "invalid and late"):  # fmt: skip
         assert words in titles, f"no panel about {words!r}"
+
+
+def test_the_signing_keys_are_written_once_and_read_by_server_and_clients(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Kafka runs sign by default: the `keys` service writes the keys for the config's clients
+    (and does nothing on a later start), the server and the client containers read them."""
+    import typer.main
+
+    from fedxab.cli import app
+    from fedxab.config import load_config
+
+    keys = _command(services["keys"])
+    assert keys[:2] == ["keys", "generate"]
+    generate = typer.main.get_command(app).commands["keys"].commands["generate"]
+    known = {opt for param in generate.params for opt in param.opts}
+    assert {word for word in keys if word.startswith("--")} <= known
+    assert "--if-missing" in keys
+    config = load_config(ROOT / "examples" / "fedpne_garland.toml")
+    assert int(_option(keys, "--clients")) == config.federation.clients
+    volume = _option(keys, "--out")
+    for role in FEDXAB_COMMANDS:
+        for name, command in _fedxab_services(services, role).items():
+            assert _option(command, "--keys-dir") == volume, name
+            mounts = [v for v in services[name]["volumes"] if v.split(":")[1] == volume]
+            assert mounts and mounts[0].endswith(":ro"), name
+            assert services[name]["depends_on"].get("keys", {}).get("condition") in (
+                None,  # a client container starts after the server, which waits for the keys
+                "service_completed_successfully",
+            )
+    assert services["server"]["depends_on"]["keys"]["condition"] == (
+        "service_completed_successfully"
+    )
