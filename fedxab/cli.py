@@ -461,31 +461,32 @@ def _load(
     keys_dir: Path | None = None,
 ):
     """The config file (or the built-in default) with the command-line overrides applied."""
-    from fedxab.config import config_from_dict, default_config, load_config
+    from fedxab.config import default_config, load_config
 
     cfg = default_config() if config is None else load_config(config)
     cfg = cfg.with_run(
         seed=seed, repeats=repeats, budget=budget, output=None if output is None else str(output)
     )
     if broker is not None:
-        if cfg.broker is None:
-            raise FedxabError(
-                f"--broker: {cfg.algorithm.name!r} runs a single agent; brokers carry "
-                "federated runs only"
-            )
-        data = cfg.to_dict()
-        data["broker"]["url"] = broker
-        cfg = config_from_dict(data)
+        cfg = _federated_override(cfg, "--broker", "broker", "url", broker)
     if keys_dir is not None:
-        if cfg.security is None:
-            raise FedxabError(
-                f"--keys-dir: {cfg.algorithm.name!r} runs a single agent; keys sign the "
-                "messages of federated runs only"
-            )
-        data = cfg.to_dict()
-        data["security"] = {**data.get("security", {}), "keys_dir": str(keys_dir)}
-        cfg = config_from_dict(data)
+        cfg = _federated_override(cfg, "--keys-dir", "security", "keys_dir", str(keys_dir))
     return cfg
+
+
+def _federated_override(cfg, option: str, section: str, key: str, value: str):
+    """``cfg`` with ``[section] key = value`` (from command-line ``option``), a setting of
+    federated runs only."""
+    from fedxab.config import config_from_dict
+
+    if getattr(cfg, section) is None:
+        raise FedxabError(
+            f"{option}: {cfg.algorithm.name!r} runs a single agent; {option} is a setting of "
+            "federated runs only"
+        )
+    data = cfg.to_dict()
+    data[section] = {**data.get(section, {}), key: value}
+    return config_from_dict(data)
 
 
 def _interruptible(work):

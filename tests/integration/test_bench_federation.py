@@ -11,41 +11,25 @@ grow with M, sigma falls as epsilon grows, ...).
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_scripts import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "benchmarks"
 F_STAR = 4 * (math.pi / 6) * (1 - math.pi / 6)
-
-
-def _run(script: str, out: Path) -> tuple[dict[str, Any], str]:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(out.read_text()), proc.stdout
 
 
 @pytest.fixture(scope="module")
 def federation_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    return _run("bench_federation.py", tmp_path_factory.mktemp("bench") / "federation.json")
+    out = tmp_path_factory.mktemp("bench") / "federation.json"
+    return run_bench("bench_federation.py", "--quick", out=out)
 
 
 @pytest.fixture(scope="module")
 def dp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    return _run("bench_dp_fedpne.py", tmp_path_factory.mktemp("bench") / "dp_fedpne.json")
+    out = tmp_path_factory.mktemp("bench") / "dp_fedpne.json"
+    return run_bench("bench_dp_fedpne.py", "--quick", out=out)
 
 
 # ------------------------------------------------------------------------------ bench_federation

@@ -10,17 +10,10 @@ signed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "bench_hct_vs_pyxab.py"
-SIGNING_SCRIPT = REPO / "benchmarks" / "bench_signing.py"
+from bench_scripts import run_bench
 
 needs_pyxab = pytest.mark.skipif(
     importlib.util.find_spec("PyXAB") is None,
@@ -32,16 +25,7 @@ needs_pyxab = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "hct_vs_pyxab.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(out.read_text()), proc.stdout
+    return run_bench("bench_hct_vs_pyxab.py", "--quick", out=out)
 
 
 @needs_pyxab
@@ -110,18 +94,8 @@ def signing_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     available, reason = dev_broker_available()
     if not available:
         pytest.skip(f"dev broker unavailable: {reason}")
-    out = tmp_path_factory.mktemp("bench") / "signing.json"
     small = ["--clients", "10", "--budget", "1000", "--repeats", "1", "--warmups", "0"]
-    proc = subprocess.run(
-        [sys.executable, str(SIGNING_SCRIPT), *small, "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"bench_signing.py failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(out.read_text()), proc.stdout
+    return run_bench("bench_signing.py", *small, out=tmp_path_factory.mktemp("bench") / "s.json")
 
 
 def test_signing_bench_signed_runs_really_signed(signing_run: tuple[dict, str]) -> None:
