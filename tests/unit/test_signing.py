@@ -333,5 +333,5 @@ def test_cli_keys_dir_overrides_the_config(tmp_path):
     assert cfg.security.keys_dir == str(tmp_path / "k") and cfg.security.sign
     single = tmp_path / "hct.toml"
     single.write_text('[algorithm]\nname = "hct"\n')
-    with pytest.raises(FedxabError, match="--keys-dir: 'hct' runs a single agent"):
+    with pytest.raises(FedxabError, match="--keys-dir: .hct. runs a single agent"):
         _load(single, None, None, None, None, None, tmp_path / "k")
