@@ -32,6 +32,7 @@ from fedxab.algorithms.hct import HCT
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    InboxServer,
     ReplyCache,
     ReportInbox,
     check_kind,
@@ -114,7 +115,7 @@ class LocalHCTReport:
         )
 
 
-class LocalHCTServer:
+class LocalHCTServer(InboxServer[LocalHCTReport]):
     """Local HCT, server side: one "run" broadcast, then collect each client's recommendation.
 
     The run's answer (``Finished.recommendation``) is the recommendation of the lowest-id client
@@ -148,22 +149,10 @@ class LocalHCTServer:
         self._inbox.open(1)
         return self.broadcast_class(1, self.budget)
 
-    def receive(self, client: int, report: LocalHCTReport) -> bool:
-        """Record a client's report; ``False`` if it is a duplicate."""
-        if not self._inbox.admit(client, report):
-            return False
+    def check_report(self, report: LocalHCTReport) -> None:
         if report.pulls > self.budget:
             raise ProtocolError(f"field 'pulls' is {report.pulls}, above the budget {self.budget}")
         _check_point(report.recommendation, self.domain.shape[0], "recommendation")
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     @property
     def recommendations(self) -> dict[int, np.ndarray]:
@@ -304,7 +293,7 @@ class CentralHCTReport:
         )
 
 
-class CentralHCTServer:
+class CentralHCTServer(InboxServer[CentralHCTReport]):
     """Centralised HCT on the global objective ([FX]'s baseline): one round per phase, T phases.
 
     Parameters of the HCT are those of :class:`~fedxab.algorithms.hct.HCT`; ``rho`` defaults to
@@ -362,21 +351,9 @@ class CentralHCTServer:
         self._current = CentralHCTBroadcast(self.phase, self.hct.ask())
         return self._current
 
-    def receive(self, client: int, report: CentralHCTReport) -> bool:
-        """Record a client's reward for the round; ``False`` if it is a duplicate."""
-        if not self._inbox.admit(client, report):
-            return False
+    def check_report(self, report: CentralHCTReport) -> None:
         if not math.isfinite(report.reward):
             raise ProtocolError(f"field 'reward' must be finite, got {report.reward!r}")
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     def close_phase(self) -> CentralHCTBroadcast | Finished:
         """Tell HCT the round's average reward; next round, or finish after ``T`` rounds."""

@@ -45,6 +45,7 @@ import numpy as np
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    InboxServer,
     MeansReport,
     ReplyCache,
     ReportInbox,
@@ -178,7 +179,7 @@ class Fed1UCBPhase:
 
 
 # --------------------------------------------------------------------------------- server
-class Fed1UCBServer:
+class Fed1UCBServer(InboxServer[Fed1UCBReport]):
     """The Fed1-UCB server state machine (Shi & Shen 2021, [EXT:FMAB]; spec §7.1)."""
 
     SENDS_RAW_REWARDS = False
@@ -244,21 +245,8 @@ class Fed1UCBServer:
         assert self._current is not None
         return self._current.commit or self.used + self.phase_length > self.budget
 
-    def receive(self, client: int, report: Fed1UCBReport) -> bool:
-        """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
-        if not self._inbox.admit(client, report):
-            return False
+    def check_report(self, report: Fed1UCBReport) -> None:
         check_means_report(report, self.truncated, len(self.active))
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        """The phase barrier: every client has reported."""
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     def close_phase(self) -> Fed1UCBBroadcast | Finished:
         """Average the reported means, eliminate, and open the next phase (or finish)."""

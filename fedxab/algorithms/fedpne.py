@@ -32,6 +32,7 @@ from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import (
     Finished,
+    InboxServer,
     MeansReport,
     NodesBroadcast,
     ReportInbox,
@@ -71,7 +72,7 @@ class PhaseRecord:
     reports: int
 
 
-class FedPNEServer:
+class FedPNEServer(InboxServer[FedPNEReport]):
     """The Fed-PNE server state machine ([FX] Algorithm 2)."""
 
     accepts_withdrawals = True
@@ -154,22 +155,13 @@ class FedPNEServer:
         return self.used + self.phase_length > self.budget
 
     def receive(self, client: int, report: FedPNEReport | Withdrawal) -> bool:
-        """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
+        """Record a client's report (or its withdrawal); ``False`` if it is a duplicate."""
         if isinstance(report, Withdrawal):
             return self._inbox.withdraw(client, report)
-        if not self._inbox.admit(client, report):
-            return False
+        return super().receive(client, report)
+
+    def check_report(self, report: FedPNEReport) -> None:
         check_means_report(report, self.truncated, len(self.active))
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        """The phase barrier: every client has reported."""
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     @property
     def withdrawn(self) -> dict[int, Withdrawal]:

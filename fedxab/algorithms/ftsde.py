@@ -68,6 +68,7 @@ from fedxab.algorithms.fts_schedules import (
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    InboxServer,
     ReplyCache,
     ReportInbox,
     check_kind,
@@ -260,7 +261,7 @@ def _settings(domain: Any, arguments: Mapping[str, Any]) -> tuple[np.ndarray, FT
 
 
 # ------------------------------------------------------------------------------------- server
-class FTSDEServer:
+class FTSDEServer(InboxServer[FTSReport]):
     """The server of FTS / FTS-DE ([DP] Algorithm 1 without privacy; spec §3.6, §3.10)."""
 
     def __init__(
@@ -307,22 +308,10 @@ class FTSDEServer:
         self._inbox.open(phase)
         return FTSBroadcast(phase, self.vectors, phase == self.last_phase)
 
-    def receive(self, client: int, report: FTSReport) -> bool:
-        """Record an agent's report; ``False`` for a duplicate."""
-        if not self._inbox.admit(client, report):
-            return False
+    def check_report(self, report: FTSReport) -> None:
         want = 0 if self.phase == self.last_phase else self.settings.n_features
         if report.omega.shape != (want,):
             raise ProtocolError(f"field 'omega' must hold {want} values, got {report.omega.shape}")
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     def close_phase(self) -> FTSBroadcast | Finished:
         """Aggregate this round's vectors (§3.6) and open the next phase, or finish."""

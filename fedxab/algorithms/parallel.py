@@ -43,6 +43,7 @@ from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import children
 from fedxab.algorithms.protocol import (
     Finished,
+    InboxServer,
     MeansReport,
     NodesBroadcast,
     ReportInbox,
@@ -141,7 +142,7 @@ class LevelRecord:
 
 
 # ----------------------------------------------------------------------------------- server
-class ParallelServer:
+class ParallelServer(InboxServer[ParallelReport]):
     """The coordinator of spec §3.4 ("equivalent coordinator formulation")."""
 
     def __init__(
@@ -209,22 +210,14 @@ class ParallelServer:
         return self.used + self.phase_length > self.budget
 
     def receive(self, client: int, report: ParallelReport) -> bool:
-        """Record a player's report; ``False`` if it is a duplicate (same client and phase)."""
+        """Record a player's report; ``False`` if it is a duplicate. The level barrier (C-12)
+        is :meth:`ready`: every player has reported."""
         if not isinstance(report, ParallelReport):
             raise ProtocolError(f"expected a {ParallelReport.kind!r}, got {type(report).__name__}")
-        if not self._inbox.admit(client, report):
-            return False
+        return super().receive(client, report)
+
+    def check_report(self, report: ParallelReport) -> None:
         check_means_report(report, self.truncated, len(self.active))
-        self._inbox.store(client, report)
-        return True
-
-    def ready(self) -> bool:
-        """The level barrier (C-12): every player has reported."""
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     def close_phase(self) -> ParallelBroadcast | Finished:
         """Aggregate the level and broadcast the next one, or finish.

@@ -67,6 +67,7 @@ from fedxab.algorithms.pne import PNEConstants, children, eliminate
 from fedxab.algorithms.protocol import (
     Evaluate,
     Finished,
+    InboxServer,
     ReplyCache,
     ReportInbox,
     check_kind,
@@ -317,7 +318,7 @@ def _resolve(n_clients: int, budget: int, **kw: Any) -> PNEConstants:
 
 
 # -------------------------------------------------------------------------------- server
-class PFPNEServer:
+class PFPNEServer(InboxServer[PFPNEReport]):
     """The PF-PNE server state machine ([PF] Algorithm 1), stage 1 plus the handover."""
 
     def __init__(
@@ -424,10 +425,7 @@ class PFPNEServer:
         """Whether the current stage-1 depth ends the horizon before it completes."""
         return self.used + self.phase_length > self.budget
 
-    def receive(self, client: int, report: PFPNEReport) -> bool:
-        """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
-        if not self._inbox.admit(client, report):
-            return False
+    def check_report(self, report: PFPNEReport) -> None:
         assert self._current is not None
         final, truncated = self._current.final, self.truncated
         if report.complete and not final and truncated:
@@ -444,8 +442,6 @@ class PFPNEServer:
                 raise ProtocolError("field 'recommendation' must be empty in a stage-1 report")
         else:
             self._check_point(report.recommendation)
-        self._inbox.store(client, report)
-        return True
 
     def _check_point(self, x: np.ndarray) -> None:
         dom = self.partition.domain
@@ -455,14 +451,6 @@ class PFPNEServer:
             )
         if np.any(x < dom[:, 0]) or np.any(x > dom[:, 1]):
             raise ProtocolError(f"field 'recommendation' {x.tolist()} lies outside the domain")
-
-    def ready(self) -> bool:
-        """The phase barrier: every client has reported."""
-        return self._inbox.ready()
-
-    @property
-    def reported(self) -> int:
-        return len(self._inbox)
 
     def close_phase(self) -> PFPNEBroadcast | PFPNEFinished:
         """Aggregate the reports received (all, or a quorum) and open the next phase."""

@@ -323,6 +323,34 @@ class ReportInbox(Generic[R]):
         return self.received()
 
 
+class InboxServer(Generic[R]):
+    """Base of the federated servers: the :class:`FederatedServer` barrier methods over a
+    :class:`ReportInbox` (``_inbox``, set by the subclass). :meth:`receive` admits a report,
+    has :meth:`check_report` check a new one's content against the open phase, and stores it."""
+
+    _inbox: ReportInbox[R]
+
+    def receive(self, client: int, report: R) -> bool:
+        """Record a client's report; ``False`` if it is a duplicate (same client and phase)."""
+        if not self._inbox.admit(client, report):
+            return False
+        self.check_report(report)
+        self._inbox.store(client, report)
+        return True
+
+    def check_report(self, report: R) -> None:
+        """Raise :class:`ProtocolError` unless a new report's content fits the open phase."""
+
+    def ready(self) -> bool:
+        """The phase barrier: every client still in the run has reported."""
+        return self._inbox.ready()
+
+    @property
+    def reported(self) -> int:
+        """Reports received for the open phase."""
+        return len(self._inbox)
+
+
 def check_means_report(report: MeansReport, truncated: bool, n_values: int) -> None:
     """A :class:`MeansReport` fits its phase: complete with ``n_values`` means exactly when the
     phase asks for statistics and fits the budget (``truncated`` says it does not)."""
