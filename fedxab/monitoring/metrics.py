@@ -93,6 +93,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fedxab.security.signing import SIGNATURE_REASONS
+
 __all__ = [
     "EPSILON_BUCKETS",
     "PHASE_DURATION_BUCKETS",
@@ -108,10 +110,7 @@ REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
 CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "invalid")
 REJECTED_TOPICS = ("report", "control", "ledger", "broadcast")
 REJECT_REASONS = (
-    "malformed",  # undecodable (or, in a signing run, not a signed envelope)
-    "missing_signature",
-    "unknown_sender",
-    "bad_signature",
+    *SIGNATURE_REASONS,  # malformed (undecodable), missing_signature, unknown_sender, bad_signature
     "wrong_run",
     "wrong_kind",
     "wrong_key",  # the record key is not the sender's id

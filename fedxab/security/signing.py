@@ -41,6 +41,7 @@ from fedxab.errors import ProtocolError
 from fedxab.security.keys import SecretKey
 
 __all__ = [
+    "SIGNATURE_REASONS",
     "SIG_BYTES",
     "Opened",
     "SignatureError",
@@ -96,8 +97,11 @@ class SignedEnvelope:
     for_client: int | None = None
 
     def encode(self) -> bytes:
-        wire: dict[str, object] = {"envelope": self.envelope, "sig": self.sig}
-        wire["session"] = self.session
+        wire: dict[str, object] = {
+            "envelope": self.envelope,
+            "sig": self.sig,
+            "session": self.session,
+        }
         if self.for_client is not None:
             wire["for"] = self.for_client
         return packb(wire)
