@@ -42,7 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.evaluation import ClientEvaluator, GlobalValues, Telemetry
+from fedxab.agents.evaluation import (
+    TELEMETRY_PULLS,
+    ClientEvaluator,
+    GlobalValues,
+    Telemetry,
+    telemetry_batches,
+)
 from fedxab.agents.federation import (
     ledger_epsilons,
     make_family,
@@ -69,24 +75,6 @@ if TYPE_CHECKING:
 __all__ = ["ClientAgent"]
 
 log = logging.getLogger(__name__)
-
-TELEMETRY_PULLS = 16_384
-"""Most pulls in one telemetry message (16 bytes each with both regret terms: about 256 KiB)."""
-
-
-def _batches(entries: list[Telemetry], max_pulls: int) -> list[list[Telemetry]]:
-    """``entries``, split into pieces of at most ``max_pulls`` pulls, grouped in order into
-    batches of at most ``max_pulls`` pulls each."""
-    batches: list[list[Telemetry]] = []
-    room = 0
-    for entry in entries:
-        for piece in entry.split(max_pulls):
-            if not batches or piece.count > room:
-                batches.append([])
-                room = max_pulls
-            batches[-1].append(piece)
-            room -= piece.count
-    return batches
 
 
 class ClientAgent:
@@ -335,7 +323,7 @@ class ClientAgent:
         ``telemetry_interval_s`` and at the end. The server drops entries it already has, so a
         resent entry changes nothing."""
         for m, entries in self._unsent.items():
-            for batch in _batches(entries, TELEMETRY_PULLS):
+            for batch in telemetry_batches(entries, TELEMETRY_PULLS):
                 a, b = batch[0], batch[-1]
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
                 body = packb([t.to_wire() for t in batch])

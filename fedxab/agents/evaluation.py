@@ -36,11 +36,13 @@ from fedxab.objectives.noise import NoiseModel
 from fedxab.seeding import stream
 
 __all__ = [
+    "TELEMETRY_PULLS",
     "BudgetExceededError",
     "ClientEvaluator",
     "GlobalValues",
     "RegretSums",
     "Telemetry",
+    "telemetry_batches",
 ]
 
 
@@ -141,6 +143,25 @@ class Telemetry:
             count=count,
             **terms,
         )
+
+
+TELEMETRY_PULLS = 16_384
+"""Most pulls in one telemetry message (16 bytes each with both regret terms: about 256 KiB)."""
+
+
+def telemetry_batches(entries: list[Telemetry], max_pulls: int) -> list[list[Telemetry]]:
+    """``entries``, split into pieces of at most ``max_pulls`` pulls, grouped in order into
+    batches of at most ``max_pulls`` pulls each."""
+    batches: list[list[Telemetry]] = []
+    room = 0
+    for entry in entries:
+        for piece in entry.split(max_pulls):
+            if not batches or piece.count > room:
+                batches.append([])
+                room = max_pulls
+            batches[-1].append(piece)
+            room -= piece.count
+    return batches
 
 
 class ClientEvaluator:

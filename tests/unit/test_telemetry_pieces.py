@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedxab.agents.client import _batches
-from fedxab.agents.evaluation import RegretSums, Telemetry
+from fedxab.agents.evaluation import RegretSums, Telemetry, telemetry_batches
 
 
 def _telemetry(phase: int, client: int, start: int, count: int, seed: int = 0) -> Telemetry:
@@ -28,14 +27,14 @@ def test_split_cuts_at_fixed_offsets_and_keeps_every_term():
 
 def test_batches_hold_at_most_the_limit_and_keep_the_order():
     entries = [_telemetry(p, 0, 30 * p, n) for p, n in enumerate([3, 0, 25, 1, 7])]
-    batches = _batches(entries, 8)
+    batches = telemetry_batches(entries, 8)
     assert all(sum(t.count for t in b) <= 8 for b in batches)
     flat = [t for b in batches for t in b]
     assert [(t.phase, t.start, t.count) for t in flat] == [
         (0, 0, 3), (1, 30, 0), (2, 60, 8), (2, 68, 8), (2, 76, 8), (2, 84, 1), (3, 90, 1),
         (4, 120, 7),
     ]  # fmt: skip
-    assert _batches([], 8) == []
+    assert telemetry_batches([], 8) == []
 
 
 def _sums(entries: list[Telemetry]) -> RegretSums:
