@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_federation import env_line, environment, md_table
+from bench_transports import SEED, _in_process, _without_time
 
-SEED = 0
 TARGET_S = 30.0
 
 
@@ -58,18 +58,6 @@ def synthetic_config(agents: int, features: int = 100) -> Any:
             "privacy": {"accountant": "moments"},
         }
     )
-
-
-def _without_time(record: Any) -> dict[str, Any]:
-    d = record.to_dict()
-    d.pop("wall_time_s")
-    return d
-
-
-def _in_process(config: Any) -> Any:
-    from fedxab.agents.federation import Federation
-
-    return Federation(config, SEED).run()
 
 
 def _memory(config: Any) -> Any:

@@ -9,25 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fts_settings import CHEAP_FTS, CHEAP_TS
 
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import FEDERATED
 from fedxab.config import config_from_dict
 
-_CHEAP_TS = {
-    "grid_size": 50,
-    "own_fit_every": 0,
-    "own_lengthscale": 0.05,
-    "own_signal_variance": 1.0,
-    "own_noise_variance": 0.01,
-    "own_features": 16,
-}
-_CHEAP_FTS = {**_CHEAP_TS, "n_features": 8, "lengthscale": 0.05, "noise_variance": 0.01}
 PARAMS = {
     "dpfedpne": {"epsilon": 0.5, "privacy_delta": 1e-3},
-    "ftsde": {**_CHEAP_FTS, "regions": 2},
-    "dpftsde": {**_CHEAP_FTS, "regions": 2, "q": 0.5},
-    "ts": _CHEAP_TS,
+    "ftsde": {**CHEAP_FTS, "regions": 2},
+    "dpftsde": {**CHEAP_FTS, "regions": 2, "q": 0.5},
+    "ts": CHEAP_TS,
 }
 BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80}  # one evaluation per round: keep them short
 LANDMINE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from fts_settings import CHEAP_FTS, CHEAP_TS
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
@@ -19,17 +20,6 @@ from fedxab.privacy.mirror import rebuild_ledger
 
 SEED = 1
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CHEAP = {
-    "n_features": 8,
-    "lengthscale": 0.05,
-    "noise_variance": 0.01,
-    "grid_size": 50,
-    "own_fit_every": 0,
-    "own_lengthscale": 0.05,
-    "own_signal_variance": 1.0,
-    "own_noise_variance": 0.01,
-    "own_features": 16,
-}
 
 
 def _config(name="dpftsde", *, rounds=40, clients=3, algorithm=None, privacy=None):
@@ -42,7 +32,7 @@ def _config(name="dpftsde", *, rounds=40, clients=3, algorithm=None, privacy=Non
                 "name": name,
                 "regions": 2,
                 "weights": "synthetic",
-                **CHEAP,
+                **CHEAP_FTS,
                 **(algorithm or {}),
             },
             "federation": {"clients": clients, "heterogeneity": "none"},
@@ -123,12 +113,7 @@ def test_standard_ts_runs_alone_with_one_broadcast_and_one_report_per_agent():
             "objective": {"name": "garland", "noise": {"name": "gaussian", "sigma": 0.1}},
             "algorithm": {
                 "name": "ts",
-                "grid_size": 50,
-                "own_fit_every": 0,
-                "own_lengthscale": 0.05,
-                "own_signal_variance": 1.0,
-                "own_noise_variance": 0.01,
-                "own_features": 16,
+                **CHEAP_TS,
             },
             "federation": {"clients": 3, "heterogeneity": "none"},
         }
