@@ -23,8 +23,11 @@ Backends (:func:`make_accountant`):
   differs from ``"rdp"`` only in the RDP values. They agree at integer orders; at fractional
   orders Opacus's series is exact (it matches multi-precision quadrature), while dp-accounting
   0.6 sums the series' absolute values (a looser upper bound) and drops an order whose sum does
-  not converge, so ``"rdp"`` is never below ``"opacus-rdp"`` and can be well above it at large
-  q and small sigma (e.g. q = 0.5, sigma = 0.8, 1000 steps, delta = 1e-5: 571.4 vs 347.2).
+  not converge within 1000 terms, so ``"rdp"`` is never below ``"opacus-rdp"`` and can be well
+  above it at large q and small sigma (e.g. q = 0.5, sigma = 0.8, 1000 steps, delta = 1e-5:
+  571.4 vs 347.2). dp-accounting 0.4.3 still summed the signed series and agrees with Opacus,
+  but it requires numpy < 2, which has no wheels for Python 3.13 and later, so it is not pinned;
+  every later release (0.4.4 to 0.6.0) sums absolute values.
   ``delta`` inverts that same conversion at the same orders;
 - ``"opacus-prv"`` (optional extra ``opacus``): Opacus's PRV accountant (Gopi et al. 2021,
   numerical composition of privacy loss random variables), reporting its upper bound on
