@@ -42,7 +42,6 @@ import math
 import os
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -55,6 +54,7 @@ import scipy.io
 
 from fedxab.errors import ConfigError, ObjectiveError
 from fedxab.objectives.base import Objective
+from fedxab.objectives.cache import EvaluationCache, check_cache_size
 from fedxab.objectives.families import AverageObjective, ClientFamily
 from fedxab.seeding import stream
 
@@ -88,6 +88,7 @@ COORDINATES = ("gamma", "C")
 GAMMA_RANGE = (0.01, 10.0)
 C_RANGE = (1e-4, 10.0)
 DEFAULT_CACHE_SIZE = 4096
+"""SVM fits kept per field."""
 
 _DATA_FIELD = "objective.data_path"
 _CHECKSUM_POLICIES = ("warn", "error", "ignore")
@@ -318,59 +319,6 @@ def _sklearn() -> _Sklearn:
 
 
 # --------------------------------------------------------------------------------------------
-# Evaluation cache
-
-
-class EvaluationCache:
-    """A bounded, thread-safe LRU map from a hashable key to a float (``maxsize=0`` disables it).
-
-    ``hits`` and ``misses`` count lookups. One cache may be shared by several objectives (keys
-    include the data file and the field), as :func:`landmine_family` does for its clients.
-    """
-
-    def __init__(self, maxsize: int = DEFAULT_CACHE_SIZE) -> None:
-        self.maxsize = _check_cache_size(maxsize)
-        self._data: OrderedDict[tuple[Any, ...], float] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple[Any, ...]) -> float | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self._data.move_to_end(key)
-            self.hits += 1
-            return value
-
-    def put(self, key: tuple[Any, ...], value: float) -> None:
-        if self.maxsize == 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self.hits = 0
-            self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return (
-            f"EvaluationCache(size={len(self)}, maxsize={self.maxsize}, hits={self.hits}, "
-            f"misses={self.misses})"
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # The objective
 
 
@@ -386,14 +334,6 @@ def _check_bool(value: object, name: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise ConfigError(name, f"must be true or false, got {value!r}")
     return bool(value)
-
-
-def _check_cache_size(value: object, name: str = "objective.cache_size") -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise ConfigError(
-            name, f"must be a non-negative integer (0 disables caching), got {value!r}"
-        )
-    return int(value)
 
 
 def _domain(log_scale: bool) -> list[list[float]]:
@@ -440,7 +380,7 @@ class LandmineSVM(Objective):
     ) -> None:
         self.field = _check_field(field)
         self.log_scale = _check_bool(log_scale, "objective.log_scale")
-        self.cache = EvaluationCache(_check_cache_size(cache_size))
+        self.cache = EvaluationCache(check_cache_size(cache_size))
         _sklearn()  # fail early, with the install hint, when scikit-learn is missing
         self.data = load_landmine(data_path)
         self.data_path = self.data.path
@@ -568,7 +508,7 @@ def landmine_family(
         raise ConfigError("family.n_clients", f"must be a positive integer, got {n_clients!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ConfigError("seed", f"must be a non-negative integer, got {seed!r}")
-    per_field = _check_cache_size(cache_size, "family.cache_size")
+    per_field = check_cache_size(cache_size, "family.cache_size")
     chosen = _family_fields(None if n_clients is None else int(n_clients), fields, int(seed))
     shared = EvaluationCache(per_field * len(set(chosen)))
     clients: list[LandmineSVM] = []

@@ -12,7 +12,9 @@ The method is deterministic (no global random state):
 2. evaluate a dense sample: a regular grid in one or two free dimensions, a seeded scrambled Sobol
    sample (plus the centre) in three or more;
 3. polish the best few distinct points. In one dimension a vectorized golden-section search on the
-   bracket of one grid step either side is run to machine precision: unlike Brent's method, whose
+   bracket of one grid step either side of the best grid peaks and of the candidates (the best
+   ``4 n_polish`` of them when there are more, as with one candidate per client of a large
+   family) is run to machine precision: unlike Brent's method, whose
    stopping rule is relative to ``sqrt(eps)``, it also locates square-root cusps such as Garland's
    to ~1e-15, where a ``1e-8`` error in ``x`` would cost ``2e-4`` in value. In more dimensions
    a compass (coordinate pattern) search is run from all starts at once (batched evaluations,
@@ -157,10 +159,15 @@ def _max_1d(
     peaks = np.nonzero((y >= left) & (y >= right))[0]
     peaks = peaks[np.argsort(-y[peaks], kind="stable")][:n_starts]
     extra = np.clip(np.asarray(extra, dtype=float).reshape(-1), 0.0, 1.0)
-    starts = np.concatenate((t[peaks], extra))
+    extra_y = g(extra) if extra.size else np.empty(0)
+    # polish every extra point, or the best n_starts of many (one per client of a large family)
+    polish = (
+        extra[np.argsort(-extra_y, kind="stable")[:n_starts]] if extra.size > n_starts else extra
+    )
+    starts = np.concatenate((t[peaks], polish))
     xs, vs = _golden_max(g, np.clip(starts - h, 0.0, 1.0), np.clip(starts + h, 0.0, 1.0))
     all_x = np.concatenate((t, xs, extra))
-    all_v = np.concatenate((y, vs, g(extra) if extra.size else np.empty(0)))
+    all_v = np.concatenate((y, vs, extra_y))
     i = int(np.argmax(all_v))
     return float(all_x[i]), float(all_v[i])
 
