@@ -347,6 +347,7 @@ class AlgorithmConfig:
 
 
 HETEROGENEITY = ("offset", "shift", "none", "fields", "gp-perturbed", "gp-mixture")
+FIELD_ASSIGNMENTS = ("first", "random")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,9 +362,12 @@ class FederationConfig(Section):
     - ``"shift"``: ``f_m(x) = f(clip(x - s_m))``, ``s_m ~ N(0, scale^2 I)`` (PF-PNE's; scale
       default 0.05 x each coordinate range); the global objective is the clients' average;
     - ``"none"``: every client has ``f`` itself;
-    - ``"fields"``: the landmine objective only: client m tunes the SVM of its own field (fields
-      0..M-1 for M <= 29, random fields with replacement beyond); the global objective is the
-      clients' mean AUC (spec-fedpne-pfpne §7.2);
+    - ``"fields"``: the landmine objective only: client m tunes the SVM of its own field; the
+      global objective is the clients' mean AUC (spec-fedpne-pfpne §7.2). Which field:
+      ``field_assignment = "first"`` (the default) gives fields 0..M-1 for M <= 29 and random
+      fields with replacement beyond; ``"random"`` draws every client's field uniformly with
+      replacement from the run seed, as the papers do ("each client is assigned a random
+      field");
     - ``"gp-perturbed"``: objective ``"gp-grid"`` only (spec-dpftsde §7.1): ``f^n = f + d(n, x)``,
       ``d = +-scale`` (default 0.02) with probability 1/2, drawn per grid point (``perturbation
       = "point"``, the default, §9.10) or once per client (``"client"``); the global objective
@@ -393,6 +397,8 @@ class FederationConfig(Section):
     ("client")."""
     mixture_alpha: float | None = None
     """"gp-mixture" only: the weight alpha in [0, 1] of each client's own GP sample; None = 0.7."""
+    field_assignment: str | None = None
+    """"fields" only: "first" (fields 0..M-1; the default) or "random" (the papers' reading)."""
 
     def _check(self) -> None:
         if self.clients < 1:
@@ -432,6 +438,19 @@ class FederationConfig(Section):
                 raise ConfigError(
                     "federation.perturbation",
                     f"unknown value {self.perturbation!r}; allowed: point, client",
+                )
+        assignment = self.field_assignment
+        if assignment is not None:
+            if self.heterogeneity != "fields":
+                raise ConfigError(
+                    "federation.field_assignment",
+                    f'only applies to heterogeneity = "fields", not {self.heterogeneity!r}; '
+                    "remove it",
+                )
+            if assignment not in FIELD_ASSIGNMENTS:
+                raise ConfigError(
+                    "federation.field_assignment",
+                    f"unknown value {assignment!r}; allowed: {', '.join(FIELD_ASSIGNMENTS)}",
                 )
         alpha = self.mixture_alpha
         if alpha is not None:

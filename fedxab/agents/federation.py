@@ -364,7 +364,11 @@ def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
                 f"'landmine', got {base.name!r}; use 'offset', 'shift' or 'none'",
             )
         return landmine_family(
-            fed.clients, seed=seed, data_path=str(base.data.path), log_scale=base.log_scale
+            fed.clients,
+            fields="random" if fed.field_assignment == "random" else None,
+            seed=seed,
+            data_path=str(base.data.path),
+            log_scale=base.log_scale,
         )
     return ClientFamily(global_objective=base, clients=(base,) * fed.clients, kind="none")
 

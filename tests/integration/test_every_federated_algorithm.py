@@ -67,3 +67,34 @@ def test_fedpne_on_landmine_fields(monkeypatch):
     assert [c.field for c in fed.family.clients] == [0, 1, 2]
     assert rec.evaluations == 180
     assert 0.0 <= rec.simple_regret <= 1.0
+
+
+@pytest.mark.skipif(
+    not (LANDMINE / "LandmineData.mat").exists(),
+    reason="landmine data not found next to the repository (../shared/data)",
+)
+def test_landmine_fields_can_be_assigned_at_random_as_in_the_papers(monkeypatch):
+    pytest.importorskip("sklearn")
+    from fedxab.seeding import stream
+
+    monkeypatch.setenv("FEDXAB_LANDMINE", str(LANDMINE))
+
+    def fields(seed):
+        config = config_from_dict(
+            {
+                "run": {"seed": seed, "repeats": 1, "budget": 10},
+                "objective": {"name": "landmine"},
+                "algorithm": {"name": "fedpne"},
+                "federation": {
+                    "clients": 6,
+                    "heterogeneity": "fields",
+                    "field_assignment": "random",
+                },
+            }
+        )
+        return [c.field for c in Federation(config, seed).family.clients]
+
+    for seed in (0, 1):
+        drawn = stream(seed, "landmine-fields").integers(0, 29, size=6).tolist()
+        assert fields(seed) == drawn
+    assert fields(0) != fields(1) and fields(0) != list(range(6))

@@ -92,7 +92,13 @@ def test_single_agent_algorithm_with_federation_section_is_an_error():
             "federation.heterogeneity_scale",
             "no effect",
         ),
-        ({"client": 3}, "federation.client", "clients, heterogeneity, heterogeneity_scale"),
+        ({"client": 3}, "federation.client", "clients, field_assignment, heterogeneity"),
+        ({"field_assignment": "random"}, "federation.field_assignment", '"fields"'),
+        (
+            {"heterogeneity": "fields", "field_assignment": "shuffled"},
+            "federation.field_assignment",
+            "allowed: first, random",
+        ),
     ],
 )
 def test_bad_federation_values_name_the_field(section, field, fragment):
