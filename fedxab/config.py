@@ -63,7 +63,7 @@ from fedxab.algorithms.registry import (
     make_federation,
     make_optimizer,
 )
-from fedxab.broker.base import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
@@ -530,8 +530,17 @@ class BrokerConfig(Section):
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Kafka only: the largest record fedxab publishes, and the ``max.message.bytes`` of the
+    topics it creates (Kafka's default, 1 MiB, fits signed broadcasts up to about 32,000
+    clients)."""
 
     def _check(self) -> None:
+        if self.max_message_bytes < 1:
+            raise ConfigError(
+                "broker.max_message_bytes",
+                f"must be a positive number of bytes, got {self.max_message_bytes}",
+            )
         if not self.url.startswith(("memory://", "inprocess://", "kafka://")):
             raise ConfigError(
                 "broker.url",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from fedxab.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "TOPIC_KINDS",
@@ -47,6 +48,8 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """Kafka security protocols fedxab passes to the client (config and KafkaBroker check both)."""
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 """SASL mechanisms fedxab passes to the Kafka client."""
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+"""Kafka's default largest record (``message.max.bytes``, ``max_request_size``): 1 MiB."""
 
 TOPIC_KINDS = ("broadcast", "report", "control", "ledger")
 """broadcast: server -> clients; report: clients -> server (key = client id); control: join,

@@ -166,7 +166,11 @@ def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
                 )
         from fedxab.broker.kafka import KafkaBroker
 
-        return KafkaBroker(servers, security=kafka_security(settings))
+        return KafkaBroker(
+            servers,
+            security=kafka_security(settings),
+            max_message_bytes=settings.max_message_bytes,
+        )
     raise ConfigError(
         "broker.url", f"must be memory://, inprocess:// or kafka://HOST:PORT, got {url!r}"
     )

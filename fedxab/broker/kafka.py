@@ -22,6 +22,14 @@ next member. The dev broker answers a JoinGroup after about half the session tim
 (:mod:`fedxab.broker.devbroker`), so tests use a shorter one.
 
 TLS and SASL are configured with ``security`` (:func:`security_options`).
+
+Record size: Kafka refuses records above ``message.max.bytes`` (1 MiB by default). A signed
+broadcast carries one 32-byte tag per client, 32 KB per thousand clients, so a run with
+more than about 32,000 clients needs more: ``max_message_bytes`` (``[broker]
+max_message_bytes``) sets the producer's ``max_request_size`` and the ``max.message.bytes`` of
+the topics fedxab creates (the broker's ``message.max.bytes`` still caps topics it did not
+create). A record above it is refused at once with a :class:`BrokerError` that says so: retrying
+cannot help.
 """
 
 from __future__ import annotations
@@ -39,12 +47,20 @@ from aiokafka.errors import (
     CommitFailedError,
     IllegalStateError,
     KafkaError,
+    MessageSizeTooLargeError,
     TopicAlreadyExistsError,
     for_code,
 )
 from aiokafka.helpers import create_ssl_context
 
-from fedxab.broker.base import SASL_MECHANISMS, SECURITY_PROTOCOLS, Broker, Record, Subscription
+from fedxab.broker.base import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    Broker,
+    Record,
+    Subscription,
+)
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 
 __all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options"]
@@ -165,6 +181,7 @@ class KafkaBroker(Broker):
         reconnect_backoff: float = 0.5,
         reconnect_backoff_max: float = 8.0,
         session_timeout_ms: int = 6000,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise ConfigError(
@@ -176,6 +193,8 @@ class KafkaBroker(Broker):
         _positive("broker.reconnect_backoff", reconnect_backoff)
         _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
         _positive("broker.session_timeout_ms", session_timeout_ms, integer=True)
+        _positive("broker.max_message_bytes", max_message_bytes, integer=True)
+        self.max_message_bytes = max_message_bytes
         self.bootstrap_servers = bootstrap_servers
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -198,6 +217,8 @@ class KafkaBroker(Broker):
         for number in range(1, self._attempts + 1):
             try:
                 return await attempt()
+            except MessageSizeTooLargeError:
+                raise  # the same record will not fit the next time either
             except KafkaError as exc:
                 error = exc
                 log.warning("%s failed (attempt %d of %d): %s", action, number, self._attempts, exc)
@@ -210,7 +231,12 @@ class KafkaBroker(Broker):
         ) from error
 
     async def _start_producer(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(acks="all", enable_idempotence=False, **self._client_options)
+        producer = AIOKafkaProducer(
+            acks="all",
+            enable_idempotence=False,
+            max_request_size=self.max_message_bytes,
+            **self._client_options,
+        )
         try:
             await producer.start()
         except BaseException:
@@ -242,7 +268,15 @@ class KafkaBroker(Broker):
         try:
             await admin.start()
             response = await admin.create_topics(
-                [NewTopic(name, self._partitions_for(name), replication_factor=1) for name in names]
+                [
+                    NewTopic(
+                        name,
+                        self._partitions_for(name),
+                        replication_factor=1,
+                        topic_configs={"max.message.bytes": str(self.max_message_bytes)},
+                    )
+                    for name in names
+                ]
             )
         finally:
             await admin.close()
@@ -283,7 +317,8 @@ class KafkaBroker(Broker):
         """Append one record (``key`` encoded as UTF-8); returns once all replicas have it.
 
         A failed send is retried like a connection (``reconnect_attempts``, backoff), then
-        raises :class:`BrokerError`."""
+        raises :class:`BrokerError`; a record larger than ``max_message_bytes`` (or than the
+        broker takes) raises it at once."""
         if not isinstance(value, bytes):
             raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
         if key is not None and not isinstance(key, str):
@@ -291,11 +326,19 @@ class KafkaBroker(Broker):
         producer = await self._ready_producer()
         await self._ensure_topics([topic])
         raw_key = None if key is None else key.encode()
-        # Retried with backoff: a broker that restarts is unreachable for a while.
-        await self._retry(
-            f"publish to topic {topic!r}",
-            lambda: producer.send_and_wait(topic, value, key=raw_key),
-        )
+        try:
+            # Retried with backoff: a broker that restarts is unreachable for a while.
+            await self._retry(
+                f"publish to topic {topic!r}",
+                lambda: producer.send_and_wait(topic, value, key=raw_key),
+            )
+        except MessageSizeTooLargeError as exc:
+            raise BrokerError(
+                f"a record of {len(value):,} bytes for topic {topic!r} is larger than Kafka "
+                f"takes ({self.max_message_bytes:,} bytes): {exc}. Raise [broker] "
+                "max_message_bytes, and the Kafka broker's message.max.bytes if the topics were "
+                "not created by fedxab (a signed broadcast carries 32 bytes per client)"
+            ) from exc
 
     def subscribe(self, topic: str, group: str | None) -> Subscription:
         """A subscription to ``topic``; its consumer connects on ``async with`` or first use."""

@@ -226,6 +226,33 @@ def test_bad_constructor_arguments_name_the_field() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_record_over_max_message_bytes_is_refused_at_once_and_a_raised_limit_takes_it(
+    dev_broker: DevBroker,
+) -> None:
+    big = b"x" * (1 << 20)  # 1 MiB: over the default limit once framed
+    topic = unique("big")
+    small = KafkaBroker(dev_broker.address, reconnect_attempts=5, reconnect_backoff=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BrokerError, match=r"max_message_bytes") as caught:
+            await asyncio.wait_for(small.publish(topic, "k", big), TIMEOUT)
+    finally:
+        await asyncio.wait_for(small.stop(), TIMEOUT)
+    assert time.monotonic() - started < 1.0  # not retried (five attempts would take 15 s)
+    assert f"{len(big):,} bytes" in str(caught.value)
+    large = KafkaBroker(dev_broker.address, max_message_bytes=4 << 20)
+    try:
+        await asyncio.wait_for(large.publish(topic, "k", big), TIMEOUT)
+        async with large.subscribe(topic, None) as sub:
+            (record,) = await take(sub, 1)
+    finally:
+        await asyncio.wait_for(large.stop(), TIMEOUT)
+    assert record.value == big
+    with pytest.raises(ConfigError, match=r"broker\.max_message_bytes"):
+        KafkaBroker(dev_broker.address, max_message_bytes=0)
+
+
+@pytest.mark.asyncio
 async def test_unreachable_broker_raises_broker_error_quickly() -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     kafka = KafkaBroker(address, reconnect_attempts=3, reconnect_backoff=0.05)

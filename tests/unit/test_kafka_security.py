@@ -59,3 +59,15 @@ def test_plaintext_passes_no_credentials():
     options = make_broker("kafka://kafka:9092", BrokerConfig(url="kafka://kafka:9092"))
     assert options._client_options["security_protocol"] == "PLAINTEXT"
     assert not {"sasl_mechanism", "ssl_context"} & set(options._client_options)
+
+
+def test_max_message_bytes_reaches_the_kafka_broker_and_is_checked():
+    default = make_broker("kafka://kafka:9092", BrokerConfig(url="kafka://kafka:9092"))
+    assert default.max_message_bytes == 1 << 20  # Kafka's own default
+    raised = make_broker(
+        "kafka://kafka:9092", BrokerConfig(url="kafka://kafka:9092", max_message_bytes=5_000_000)
+    )
+    assert raised.max_message_bytes == 5_000_000
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig(url="kafka://kafka:9092", max_message_bytes=0)
+    assert caught.value.field == "broker.max_message_bytes"
