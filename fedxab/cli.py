@@ -299,7 +299,23 @@ def _summary_table(results) -> Table:
                 "",
                 style="bold" if stat == "mean" else None,
             )
+    short = [_coverage_note(r) for r in results.runs if r.regret_coverage is not None]
+    if short:
+        table.caption = "incomplete regret: " + "; ".join(short)
+        table.caption_justify = "left"
+        table.caption_style = "bold yellow"
     return table
+
+
+def _coverage_note(run) -> str:
+    """Why a run's regret curves are incomplete (see ``RunRecord.regret_coverage``)."""
+    cov = run.regret_coverage
+    clients = cov["clients"]
+    shown = ", ".join(map(str, clients[:5])) + (", …" if len(clients) > 5 else "")
+    return (
+        f"seed {run.seed} counts {cov['pulls_received']:,} of {cov['pulls_expected']:,} pulls "
+        f"(telemetry missing from client(s) {shown})"
+    )
 
 
 def _communication_table(results) -> Table | None:

@@ -141,6 +141,12 @@ class RunRecord:
     local_simple_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
     """Federated runs: the same on each client's own objective, ``min_{tau <= t} (f_m* -
     f_m(x_{m,tau}))``. A client that stopped early keeps its last best value."""
+    regret_coverage: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    """Set only when the curves are incomplete: a run over a broker whose server did not get
+    every client's regret telemetry within ``telemetry_timeout_s`` (a client gone for good, or
+    lost messages). ``{"pulls_expected", "pulls_received", "clients"}``: the pulls the curves
+    should count, those they do count, and the clients short of theirs. None: the curves count
+    every pull (always so in process)."""
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -198,6 +204,8 @@ class RunRecord:
             d["global_simple_regret"] = _list_or_none(self.global_simple_regret)
         if self.local_simple_regret is not None:
             d["local_simple_regret"] = _list_or_none(self.local_simple_regret)
+        if self.regret_coverage is not None:
+            d["regret_coverage"] = _plain_json(self.regret_coverage)
         return d
 
     @classmethod
@@ -231,6 +239,7 @@ class RunRecord:
                 privacy=_check_privacy(d.get("privacy"), where),
                 global_simple_regret=g_simple,
                 local_simple_regret=l_simple,
+                regret_coverage=_check_coverage(d.get("regret_coverage"), where),
             )
         except ResultsError:
             raise
@@ -251,6 +260,24 @@ class RunRecord:
                     f"{where}: {key!r} has {curve.size} values for {rounds.size} rounds"
                 )
         return record
+
+
+def _check_coverage(value: Any, where: str) -> dict[str, Any] | None:
+    """A ``regret_coverage`` block as read: pull counts and client ids, or None."""
+    if value is None:
+        return None
+    keys = {"pulls_expected", "pulls_received", "clients"}
+    if not isinstance(value, Mapping) or set(value) != keys:
+        raise ResultsError(f"{where}: 'regret_coverage' must have the fields {sorted(keys)}")
+    counts = (value["pulls_expected"], value["pulls_received"])
+    clients = value["clients"]
+    if not all(isinstance(c, int) and c >= 0 for c in counts) or not (
+        isinstance(clients, list) and all(isinstance(m, int) and m >= 0 for m in clients)
+    ):
+        raise ResultsError(
+            f"{where}: 'regret_coverage' must hold pull counts >= 0 and a list of client ids"
+        )
+    return dict(value)
 
 
 COMMUNICATION_COUNTERS = ("rounds", "messages_up", "messages_down", "bytes_up", "bytes_down")

@@ -215,12 +215,15 @@ def federated_record(
     wall: float,
     communication: dict[str, Any],
     privacy: dict[str, Any] | None = None,
+    expected: np.ndarray | None = None,
 ) -> RunRecord:
     """The :class:`RunRecord` of a federated run from its flushed regret sums.
 
     Besides the cumulative curves it carries the simple-regret curves of spec-dpftsde §7.1
     (:meth:`RegretSums.simple_curves`, on the same rounds): ``global_simple_regret`` and
     ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
+    ``expected`` (per client, :func:`expected_use`): the pulls the sums should hold; where they
+    hold fewer, the record says so in ``regret_coverage``.
     """
     rounds = _regret.round_grid(sums.budget)
     glob = family.global_objective
@@ -251,7 +254,20 @@ def federated_record(
         privacy=privacy,
         global_simple_regret=global_simple,
         local_simple_regret=local_simple,
+        regret_coverage=None if expected is None else regret_coverage(sums, expected),
     )
+
+
+def regret_coverage(sums: RegretSums, expected: np.ndarray) -> dict[str, Any] | None:
+    """The ``regret_coverage`` block of a run whose sums miss pulls of ``expected``, else None."""
+    short = np.flatnonzero(sums.received < expected)
+    if not short.size:
+        return None
+    return {
+        "pulls_expected": int(expected.sum()),
+        "pulls_received": int(np.minimum(sums.received, expected).sum()),
+        "clients": [int(m) for m in short],
+    }
 
 
 def start_metrics(

@@ -699,4 +699,5 @@ class ServerAgent:
             wall,
             communication_block(self.n_clients, phases),
             privacy,
+            expected_use(self.n_clients, self.budget, withdrawn_clients(self.server)),
         )

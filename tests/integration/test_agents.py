@@ -24,6 +24,7 @@ from fedxab.broker.codec import Envelope, client_sender, packb
 from fedxab.broker.faults import FaultyBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
+from fedxab.results import RunRecord
 
 SEED = 3
 
@@ -253,6 +254,50 @@ def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
     assert all(p["reports_accepted"] == 5 for p in comm["per_phase"])
     assert record.evaluations == 5 * 2000  # client 5 never pulled
     assert np.isfinite(record.simple_regret)
+    # the curves count five clients' pulls, and the record says so
+    assert record.regret_coverage == {
+        "pulls_expected": 6 * 2000,
+        "pulls_received": 5 * 2000,
+        "clients": [5],
+    }
+
+
+class LosesTelemetry(MemoryBroker):
+    """Loses every telemetry message of one client."""
+
+    def __init__(self, client: int) -> None:
+        super().__init__()
+        self.client = client
+        self.lost = 0
+
+    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
+        env = Envelope.decode(value)
+        if env.kind == "telemetry" and env.client_id == self.client:
+            self.lost += 1
+            return
+        await super().publish(topic, key, value)
+
+
+def test_lost_telemetry_leaves_the_results_marked_incomplete_not_silently_short():
+    config = _config(telemetry_timeout_s=0.5)
+    broker = LosesTelemetry(client=2)
+
+    async def main():
+        _, server, clients = await _agents(config, broker)
+        record, *_ = await asyncio.gather(server.run(), *(c.run() for c in clients))
+        return record
+
+    record = asyncio.run(main())
+    assert broker.lost > 0
+    assert record.regret_coverage == {
+        "pulls_expected": 6 * 800,
+        "pulls_received": 5 * 800,
+        "clients": [2],
+    }
+    full = Federation(config, SEED).run()
+    assert full.regret_coverage is None  # in process every pull is counted
+    assert record.evaluations == 5 * 800 < full.evaluations
+    assert RunRecord.from_dict(record.to_dict()).regret_coverage == record.regret_coverage
 
 
 def test_a_second_start_of_a_finished_run_is_refused_and_its_checkpoint_replays(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -176,6 +177,13 @@ def test_bad_schema_is_rejected(tmp_path):
         (lambda d: d["runs"][0].__setitem__("cumulative_regret", [1.0]), "1 values for 3 rounds"),
         (lambda d: d["runs"][0].__setitem__("rounds", [3, 2, 10]), "increasing"),
         (lambda d: d["runs"][0].__setitem__("seed", "abc"), "malformed"),
+        (lambda d: d["runs"][0].__setitem__("regret_coverage", {"clients": [1]}), "fields"),
+        (
+            lambda d: d["runs"][0].__setitem__(
+                "regret_coverage", {"pulls_expected": 10, "pulls_received": -1, "clients": [1]}
+            ),
+            "pull counts >= 0",
+        ),
     ],
 )
 def test_malformed_results_are_rejected_with_a_reason(tmp_path, mutate, match):
@@ -195,3 +203,21 @@ def test_not_json_and_missing_file(tmp_path):
     with pytest.raises(ResultsError, match="not found"):
         load_results(tmp_path / "nope.json")
     assert issubclass(ResultsError, FedxabError)
+
+
+def test_an_incomplete_run_says_so_in_its_file_and_in_the_summary_table(tmp_path):
+    from rich.console import Console
+
+    from fedxab.cli import _summary_table
+
+    coverage = {"pulls_expected": 60, "pulls_received": 50, "clients": [4]}
+    complete = _record(0, 10.0, 0.1)
+    short = dataclasses.replace(_record(1, 12.0, 0.1), regret_coverage=coverage)
+    loaded = load_results(write_results(_results(complete, short), tmp_path))
+    assert [r.regret_coverage for r in loaded.runs] == [None, coverage]
+    assert "regret_coverage" not in complete.to_dict()
+    console = Console(record=True, width=200)
+    console.print(_summary_table(loaded))
+    text = console.export_text()
+    assert "incomplete regret: seed 1 counts 50 of 60 pulls" in text
+    assert "client(s) 4" in text
