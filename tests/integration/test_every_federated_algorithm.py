@@ -14,6 +14,7 @@ from fts_settings import CHEAP_FTS, CHEAP_TS
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import FEDERATED
 from fedxab.config import config_from_dict
+from fedxab.seeding import stream
 
 PARAMS = {
     "dpfedpne": {"epsilon": 0.5, "privacy_delta": 1e-3},
@@ -25,13 +26,15 @@ BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80}  # one evaluation per round: ke
 LANDMINE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"
 
 
-def _config(name, budget=600, clients=4, objective="garland", heterogeneity="offset", seed=0):
+def _config(
+    name, budget=600, clients=4, objective="garland", heterogeneity="offset", seed=0, **federation
+):
     return config_from_dict(
         {
             "run": {"seed": seed, "repeats": 1, "budget": budget},
             "objective": {"name": objective, "noise": {"name": "uniform", "half_width": 0.1}},
             "algorithm": {"name": name, **PARAMS.get(name, {})},
-            "federation": {"clients": clients, "heterogeneity": heterogeneity},
+            "federation": {"clients": clients, "heterogeneity": heterogeneity, **federation},
         }
     )
 
@@ -53,13 +56,16 @@ def test_pfpne_on_input_shifts_and_himmelblau():
     assert rec.local_cumulative_regret[-1] >= 0
 
 
-@pytest.mark.skipif(
-    not (LANDMINE / "LandmineData.mat").exists(),
-    reason="landmine data not found next to the repository (../shared/data)",
-)
-def test_fedpne_on_landmine_fields(monkeypatch):
+@pytest.fixture
+def landmine(monkeypatch):
+    """The landmine data of ../shared/data (skip without it or without scikit-learn)."""
+    if not (LANDMINE / "LandmineData.mat").exists():
+        pytest.skip("landmine data not found next to the repository (../shared/data)")
     pytest.importorskip("sklearn")
     monkeypatch.setenv("FEDXAB_LANDMINE", str(LANDMINE))
+
+
+def test_fedpne_on_landmine_fields(landmine):
     fed = Federation(
         _config("fedpne", budget=60, clients=3, objective="landmine", heterogeneity="fields"), 0
     )
@@ -69,28 +75,16 @@ def test_fedpne_on_landmine_fields(monkeypatch):
     assert 0.0 <= rec.simple_regret <= 1.0
 
 
-@pytest.mark.skipif(
-    not (LANDMINE / "LandmineData.mat").exists(),
-    reason="landmine data not found next to the repository (../shared/data)",
-)
-def test_landmine_fields_can_be_assigned_at_random_as_in_the_papers(monkeypatch):
-    pytest.importorskip("sklearn")
-    from fedxab.seeding import stream
-
-    monkeypatch.setenv("FEDXAB_LANDMINE", str(LANDMINE))
-
+def test_landmine_fields_can_be_assigned_at_random_as_in_the_papers(landmine):
     def fields(seed):
-        config = config_from_dict(
-            {
-                "run": {"seed": seed, "repeats": 1, "budget": 10},
-                "objective": {"name": "landmine"},
-                "algorithm": {"name": "fedpne"},
-                "federation": {
-                    "clients": 6,
-                    "heterogeneity": "fields",
-                    "field_assignment": "random",
-                },
-            }
+        config = _config(
+            "fedpne",
+            budget=10,
+            clients=6,
+            objective="landmine",
+            heterogeneity="fields",
+            seed=seed,
+            field_assignment="random",
         )
         return [c.field for c in Federation(config, seed).family.clients]
 
