@@ -400,6 +400,13 @@ class FederationConfig(Section):
     field_assignment: str | None = None
     """"fields" only: "first" (fields 0..M-1; the default) or "random" (the papers' reading)."""
 
+    _ONLY_WITH: ClassVar[dict[str, str]] = {
+        "perturbation": "gp-perturbed",
+        "mixture_alpha": "gp-mixture",
+        "field_assignment": "fields",
+    }
+    """Keys that apply to one heterogeneity only."""
+
     def _check(self) -> None:
         if self.clients < 1:
             raise ConfigError(
@@ -427,43 +434,27 @@ class FederationConfig(Section):
                     "federation.heterogeneity_scale",
                     'has no effect with heterogeneity = "gp-mixture"; set mixture_alpha instead',
                 )
-        if self.perturbation is not None:
-            if self.heterogeneity != "gp-perturbed":
+        for key, heterogeneity in self._ONLY_WITH.items():
+            if getattr(self, key) is not None and self.heterogeneity != heterogeneity:
                 raise ConfigError(
-                    "federation.perturbation",
-                    f'only applies to heterogeneity = "gp-perturbed", not '
+                    f"federation.{key}",
+                    f'only applies to heterogeneity = "{heterogeneity}", not '
                     f"{self.heterogeneity!r}; remove it",
                 )
-            if self.perturbation not in ("point", "client"):
+        for key, allowed in (
+            ("perturbation", ("point", "client")),
+            ("field_assignment", FIELD_ASSIGNMENTS),
+        ):
+            value = getattr(self, key)
+            if value is not None and value not in allowed:
                 raise ConfigError(
-                    "federation.perturbation",
-                    f"unknown value {self.perturbation!r}; allowed: point, client",
-                )
-        assignment = self.field_assignment
-        if assignment is not None:
-            if self.heterogeneity != "fields":
-                raise ConfigError(
-                    "federation.field_assignment",
-                    f'only applies to heterogeneity = "fields", not {self.heterogeneity!r}; '
-                    "remove it",
-                )
-            if assignment not in FIELD_ASSIGNMENTS:
-                raise ConfigError(
-                    "federation.field_assignment",
-                    f"unknown value {assignment!r}; allowed: {', '.join(FIELD_ASSIGNMENTS)}",
+                    f"federation.{key}", f"unknown value {value!r}; allowed: {', '.join(allowed)}"
                 )
         alpha = self.mixture_alpha
-        if alpha is not None:
-            if self.heterogeneity != "gp-mixture":
-                raise ConfigError(
-                    "federation.mixture_alpha",
-                    f'only applies to heterogeneity = "gp-mixture", not '
-                    f"{self.heterogeneity!r}; remove it",
-                )
-            if not 0.0 <= alpha <= 1.0:
-                raise ConfigError(
-                    "federation.mixture_alpha", f"must be a number in [0, 1], got {alpha}"
-                )
+        if alpha is not None and not 0.0 <= alpha <= 1.0:
+            raise ConfigError(
+                "federation.mixture_alpha", f"must be a number in [0, 1], got {alpha}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
