@@ -262,44 +262,6 @@ def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
     }
 
 
-class LosesTelemetry(MemoryBroker):
-    """Loses every telemetry message of one client."""
-
-    def __init__(self, client: int) -> None:
-        super().__init__()
-        self.client = client
-        self.lost = 0
-
-    async def publish(self, topic: str, key: str | None, value: bytes) -> None:
-        env = Envelope.decode(value)
-        if env.kind == "telemetry" and env.client_id == self.client:
-            self.lost += 1
-            return
-        await super().publish(topic, key, value)
-
-
-def test_lost_telemetry_leaves_the_results_marked_incomplete_not_silently_short():
-    config = _config(telemetry_timeout_s=0.5)
-    broker = LosesTelemetry(client=2)
-
-    async def main():
-        _, server, clients = await _agents(config, broker)
-        record, *_ = await asyncio.gather(server.run(), *(c.run() for c in clients))
-        return record
-
-    record = asyncio.run(main())
-    assert broker.lost > 0
-    assert record.regret_coverage == {
-        "pulls_expected": 6 * 800,
-        "pulls_received": 5 * 800,
-        "clients": [2],
-    }
-    full = Federation(config, SEED).run()
-    assert full.regret_coverage is None  # in process every pull is counted
-    assert record.evaluations == 5 * 800 < full.evaluations
-    assert RunRecord.from_dict(record.to_dict()).regret_coverage == record.regret_coverage
-
-
 def test_a_second_start_of_a_finished_run_is_refused_and_its_checkpoint_replays(tmp_path):
     config = _config(budget=400)
 
@@ -337,21 +299,54 @@ def test_lost_broadcasts_and_reports_are_recovered_by_rebroadcasting_a_stalled_p
     assert _without_time(record) == _in_process(config)
 
 
-class LosesTheFirstFinal(MemoryBroker):
-    """Loses the first copy of the server's final answer."""
+class Loses(MemoryBroker):
+    """Loses every record for which ``lose(topic, envelope, lost so far)`` holds."""
 
-    def __init__(self, algorithm: str) -> None:
+    def __init__(self, lose) -> None:
         super().__init__()
-        self.algorithm = algorithm
+        self.lose = lose
         self.lost = 0
 
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
-        if topic.endswith(".broadcast") and not self.lost:
-            body = decode_broadcast(self.algorithm, Envelope.decode(value).body())
-            if isinstance(body, Finished):
-                self.lost += 1
-                return
+        if self.lose(topic, Envelope.decode(value), self.lost):
+            self.lost += 1
+            return
         await super().publish(topic, key, value)
+
+
+def first_final_answer(algorithm: str):
+    """The first copy of the server's final answer."""
+
+    def lose(topic: str, env: Envelope, lost: int) -> bool:
+        return (
+            topic.endswith(".broadcast")
+            and not lost
+            and isinstance(decode_broadcast(algorithm, env.body()), Finished)
+        )
+
+    return lose
+
+
+def test_lost_telemetry_leaves_the_results_marked_incomplete_not_silently_short():
+    config = _config(telemetry_timeout_s=0.5)
+    broker = Loses(lambda topic, env, lost: env.kind == "telemetry" and env.client_id == 2)
+
+    async def main():
+        _, server, clients = await _agents(config, broker)
+        record, *_ = await asyncio.gather(server.run(), *(c.run() for c in clients))
+        return record
+
+    record = asyncio.run(main())
+    assert broker.lost > 0
+    assert record.regret_coverage == {
+        "pulls_expected": 6 * 800,
+        "pulls_received": 5 * 800,
+        "clients": [2],
+    }
+    full = Federation(config, SEED).run()
+    assert full.regret_coverage is None  # in process every pull is counted
+    assert record.evaluations == 5 * 800 < full.evaluations
+    assert RunRecord.from_dict(record.to_dict()).regret_coverage == record.regret_coverage
 
 
 @pytest.mark.parametrize("algorithm", ["fedpne", "dpfedpne"])
@@ -364,7 +359,7 @@ def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
         data["run"]["budget"] = 20_000
         data["privacy"] = {}
     config = config_from_dict(data)
-    broker = LosesTheFirstFinal(algorithm)
+    broker = Loses(first_final_answer(algorithm))
 
     async def main():
         _, server, clients = await _agents(config, broker)
