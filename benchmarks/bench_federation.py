@@ -1,17 +1,21 @@
 #!/usr/bin/env python
-"""Benchmark: the in-process federation runner with Fed-PNE on Garland (issue 3).
+"""Benchmark: the in-process federation runner with Fed-PNE (and PF-PNE) on Garland (issue 3).
 
-Three measurements of ``fedxab.agents.federation.Federation(config, seed).run()``, every one on
-Garland with value offsets (client m maximises ``f_m = f + xi_m``, ``xi_m ~ N(0, 1)``), uniform
-noise U(-0.1, 0.1) and Fed-PNE's practical preset (``nu = 1``, ``rho = 0.5``, ``c = 0.1``,
-``c1 = 1``, ``delta = 1/M``, binary partition):
+Three measurements of ``fedxab.agents.federation.Federation(config, seed).run()`` on Garland with
+uniform noise U(-0.1, 0.1) and the practical preset (``nu = 1``, ``rho = 0.5``, ``c = 0.1``,
+``c1 = 1``, ``delta = 1/M``, binary partition). Speed and communication run Fed-PNE with value
+offsets (client m maximises ``f_m = f + xi_m``, ``xi_m ~ N(0, 1)``); the scale measurement runs
+that job and, by default, also PF-PNE with input shifts (``f_m(x) = f(clip(x - s_m))``,
+``s_m ~ N(0, 0.05^2)``, regret measured on the average of the M clients):
 
 1. **Speed**: M = 100 clients, T = 10^4 evaluations each (10^6 evaluations), the same job (seed 0)
    run 3 times: the time of ``Federation(...)`` (server, M clients, objectives) and of ``.run()``
    separately, and of both together; median and [min–max]; evaluations per second. Target of the
    issue: under 2 s.
-2. **Scale**: M = 10,000 clients, T = 1,000 (10^7 evaluations), one run in a fresh process: time
-   and peak resident memory (``ru_maxrss``, measured the way ``bench_hct_vs_pyxab.py`` does).
+2. **Scale**: M = 10,000 clients, T = 1,000 (10^7 evaluations), one run per job (Fed-PNE with
+   offsets, PF-PNE with shifts; ``--scale-algorithms``), each in its own fresh process: time,
+   peak resident memory (``ru_maxrss``, measured the way ``bench_hct_vs_pyxab.py`` does) and the
+   evaluations of every client (each must use exactly T).
 3. **Communication**: rounds (= phases) and bytes up / down of one run (seed 0) for
    M in {10, 100, 1000} at T = 10^4, and for T in {10^3, 10^4, 10^5} at M = 100, with the
    computed columns bytes / M, bytes / (M rounds) and rounds / ln T, and the spec's bound on the
@@ -22,6 +26,7 @@ Usage (from the repository root)::
 
     python benchmarks/bench_federation.py                    # the measurements of issue 3
     python benchmarks/bench_federation.py --markdown         # tables as Markdown (for the README)
+    python benchmarks/bench_federation.py --scale-algorithms pfpne   # only PF-PNE at scale
     python benchmarks/bench_federation.py --quick --json out.json   # smoke run (seconds)
 
 The script prints measurements and target verdicts; it asserts nothing about speed.
@@ -67,7 +72,14 @@ K = 2
 C_PRACTICAL = 0.1
 NOISE_HALF_WIDTH = 0.1
 OFFSET_SCALE = 1.0
+SHIFT_SCALE = 0.05  # sd of PF-PNE's input shifts s_m (fedxab's default: 0.05 x the range [0, 1])
+HETEROGENEITY_SCALE = {"offset": OFFSET_SCALE, "shift": SHIFT_SCALE}
 SEED = 0
+
+# The jobs of the scale measurement: algorithm -> its heterogeneity (same preset, nu and rho).
+# PF-PNE with input shifts has the clients' average as its global objective (spec §8.2).
+SCALE_JOBS = {"fedpne": "offset", "pfpne": "shift"}
+ALGORITHM_NAMES = {"fedpne": "Fed-PNE", "pfpne": "PF-PNE"}
 
 # Targets and sizes of issue 3.
 SPEED_CLIENTS = 100
@@ -111,6 +123,8 @@ def garland_config(
 ) -> Any:
     """The validated config of one federated run on Garland (value offsets by default).
 
+    Offsets have sd ``OFFSET_SCALE``, input shifts (``heterogeneity="shift"``) ``SHIFT_SCALE``.
+
     ``params`` are further ``[algorithm]`` parameters (e.g. DP-Fed-PNE's ``epsilon``).
     """
     from fedxab.config import config_from_dict
@@ -124,7 +138,11 @@ def garland_config(
             },
             "algorithm": {"name": algorithm, "preset": PRESET, "nu": NU, "rho": RHO, **params},
             "federation": {"clients": clients, "heterogeneity": heterogeneity}
-            | ({"heterogeneity_scale": OFFSET_SCALE} if heterogeneity == "offset" else {}),
+            | (
+                {"heterogeneity_scale": HETEROGENEITY_SCALE[heterogeneity]}
+                if heterogeneity in HETEROGENEITY_SCALE
+                else {}
+            ),
         }
     )
 
@@ -230,8 +248,15 @@ def measure_speed(
 # Scale probe (runs in a fresh subprocess)
 
 
-def scale_probe(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
-    """One run of M = ``clients``, T = ``budget`` in this process: times and peak RSS.
+def scale_probe(
+    clients: int,
+    budget: int,
+    seed: int = SEED,
+    algorithm: str = ALGORITHM,
+    heterogeneity: str = "offset",
+) -> dict[str, Any]:
+    """One run of ``algorithm`` with M = ``clients``, T = ``budget`` in this process: times,
+    peak RSS and the fewest and most evaluations made by a client.
 
     Meant for a fresh process (see :func:`measure_scale`). fedxab is imported and the config
     built before the baseline is read, so that "before construction" is the interpreter, numpy
@@ -240,7 +265,7 @@ def scale_probe(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
     """
     from fedxab.agents.federation import Federation
 
-    config = garland_config(clients, budget, seed)
+    config = garland_config(clients, budget, seed, algorithm, heterogeneity)
     gc.collect()
     rss_before = peak_rss_kib()
     t1 = time.perf_counter()
@@ -249,7 +274,11 @@ def scale_probe(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
     rss_constructed = peak_rss_kib()
     record = fed.run()
     t3 = time.perf_counter()
+    peak = peak_rss_kib()
+    used = fed.used
     return {
+        "algorithm": algorithm,
+        "heterogeneity": heterogeneity,
         "clients": clients,
         "budget": budget,
         "seed": seed,
@@ -259,14 +288,25 @@ def scale_probe(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
         "loop_s": float(record.wall_time_s),
         "peak_rss_before_construction_kib": int(rss_before),
         "peak_rss_after_construction_kib": int(rss_constructed),
-        "peak_rss_kib": int(peak_rss_kib()),
+        "peak_rss_kib": int(peak),
+        "f_star": float(fed.f_star),
+        "client_evaluations_min": int(used.min()),
+        "client_evaluations_max": int(used.max()),
         **_record_fields(record),
     }
 
 
-def measure_scale(clients: int, budget: int, seed: int = SEED) -> dict[str, Any]:
+def measure_scale(
+    clients: int,
+    budget: int,
+    seed: int = SEED,
+    algorithm: str = ALGORITHM,
+    heterogeneity: str = "offset",
+) -> dict[str, Any]:
     """:func:`scale_probe` in a fresh process; its measurements, with RSS also in MB."""
-    res = run_in_fresh_process("bench_federation", "scale_probe", clients, budget, seed)
+    res = run_in_fresh_process(
+        "bench_federation", "scale_probe", clients, budget, seed, algorithm, heterogeneity
+    )
     res["evaluations_per_s"] = res["evaluations"] / res["total_s"]
     for key in ("before_construction", "after_construction"):
         res[f"peak_rss_{key}_mb"] = kib_to_mb(res[f"peak_rss_{key}_kib"])
@@ -337,7 +377,7 @@ def communication_fits(
 
 
 def verdicts(
-    speed: dict[str, Any], scale: dict[str, Any] | None, fits: dict[str, Any] | None
+    speed: dict[str, Any], scale: list[dict[str, Any]] | None, fits: dict[str, Any] | None
 ) -> dict[str, Any]:
     med = speed["total_s"]["median"]
     out: dict[str, Any] = {
@@ -353,16 +393,22 @@ def verdicts(
         }
     }
     if scale is not None:
-        out["scale"] = {
-            "clients": scale["clients"],
-            "budget": scale["budget"],
-            "target_clients": SCALE_CLIENTS,
-            "target_budget": SCALE_BUDGET,
-            "target": "the run completes with every client using exactly its budget T",
-            "total_s": scale["total_s"],
-            "peak_rss_mb": scale["peak_rss_mb"],
-            "meets_target": scale["evaluations"] == scale["clients"] * scale["budget"],
-        }
+        out["scale"] = [
+            {
+                "algorithm": sc["algorithm"],
+                "heterogeneity": sc["heterogeneity"],
+                "clients": sc["clients"],
+                "budget": sc["budget"],
+                "target_clients": SCALE_CLIENTS,
+                "target_budget": SCALE_BUDGET,
+                "target": "the run completes with every client using exactly its budget T",
+                "total_s": sc["total_s"],
+                "peak_rss_mb": sc["peak_rss_mb"],
+                "meets_target": sc["evaluations"] == sc["clients"] * sc["budget"]
+                and sc["client_evaluations_min"] == sc["client_evaluations_max"] == sc["budget"],
+            }
+            for sc in scale
+        ]
     if fits is not None:
         lo, hi = COMM_SLOPE_RANGE
         a = fits["bytes_vs_clients_exponent"]
@@ -430,6 +476,8 @@ SPEED_CAPTION = (
     "timed together. evaluations/s: M·T / median total."
 )
 SCALE_HEADERS = [
+    "algorithm",
+    "heterogeneity",
     "clients M",
     "budget T",
     "evaluations",
@@ -443,11 +491,15 @@ SCALE_HEADERS = [
     "phases",
 ]
 SCALE_CAPTION = (
-    "One run (seed 0) in a fresh process. Peak RSS: ru_maxrss of the whole process "
-    "(interpreter, numpy, fedxab, federation and run); before construction: the same peak once "
-    "fedxab is imported and the config built; after construction: once the server, the M "
-    "clients and their objectives exist. MB = 10^6 bytes."
+    "One run (seed 0) per row, each in its own fresh process. offsets: Fed-PNE's setting, "
+    f"f_m = f + xi_m, xi_m ~ N(0, {OFFSET_SCALE:g}²), regret on f; shifts: PF-PNE's, "
+    f"f_m(x) = f(clip(x − s_m)), s_m ~ N(0, {SHIFT_SCALE:g}²), regret on the average of the M "
+    "clients. Peak RSS: ru_maxrss of the whole process (interpreter, numpy, fedxab, federation "
+    "and run); before construction: the same peak once fedxab is imported and the config built; "
+    "after construction: once the server, the M clients and their objectives exist. "
+    "MB = 10^6 bytes."
 )
+HETEROGENEITY_NAMES = {"offset": "offsets", "shift": "shifts"}
 COMM_HEADERS = [
     "clients M",
     "budget T",
@@ -486,21 +538,24 @@ def speed_rows(speed: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
+def scale_rows(scale: list[dict[str, Any]]) -> list[list[str]]:
     return [
         [
-            f"{scale['clients']:,}",
-            fmt_pow10(scale["budget"]),
-            fmt_pow10(scale["evaluations"]),
-            fmt_s(scale["construct_s"]),
-            fmt_s(scale["run_s"]),
-            fmt_s(scale["total_s"]),
-            fmt_rate(scale["evaluations_per_s"]),
-            f"{scale['peak_rss_mb']:.1f}",
-            f"{scale['peak_rss_after_construction_mb']:.1f}",
-            f"{scale['peak_rss_before_construction_mb']:.1f}",
-            str(scale["rounds"]),
+            ALGORITHM_NAMES[sc["algorithm"]],
+            HETEROGENEITY_NAMES[sc["heterogeneity"]],
+            f"{sc['clients']:,}",
+            fmt_pow10(sc["budget"]),
+            fmt_pow10(sc["evaluations"]),
+            fmt_s(sc["construct_s"]),
+            fmt_s(sc["run_s"]),
+            fmt_s(sc["total_s"]),
+            fmt_rate(sc["evaluations_per_s"]),
+            f"{sc['peak_rss_mb']:.1f}",
+            f"{sc['peak_rss_after_construction_mb']:.1f}",
+            f"{sc['peak_rss_before_construction_mb']:.1f}",
+            str(sc["rounds"]),
         ]
+        for sc in scale
     ]
 
 
@@ -541,12 +596,13 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
         f"{fmt_s(sp['median_total_s'])} s ({fmt_rate(sp['evaluations_per_s'])} evaluations/s); "
         f"target < {SPEED_TARGET_S:g} s{_size_note(sp)}; meets target: {yes(sp['meets_target'])}"
     ]
-    if "scale" in v:
-        sc = v["scale"]
+    for sc in v.get("scale", []):
         lines.append(
-            f"Scale: M = {sc['clients']:,}, T = {fmt_pow10(sc['budget'])} ran to its end in "
-            f"{fmt_s(sc['total_s'])} s, peak RSS {sc['peak_rss_mb']:.1f} MB; target: must run"
-            f"{_size_note(sc)}; meets target: {yes(sc['meets_target'])}"
+            f"Scale: {ALGORITHM_NAMES[sc['algorithm']]} "
+            f"({HETEROGENEITY_NAMES[sc['heterogeneity']]}), M = {sc['clients']:,}, "
+            f"T = {fmt_pow10(sc['budget'])} ran to its end in {fmt_s(sc['total_s'])} s, peak RSS "
+            f"{sc['peak_rss_mb']:.1f} MB; target: must run, every client using exactly T "
+            f"evaluations{_size_note(sc)}; meets target: {yes(sc['meets_target'])}"
         )
     if "communication" in v:
         cm = v["communication"]
@@ -588,7 +644,15 @@ def env_line(env: dict[str, Any]) -> str:
     )
 
 
-def parameters() -> dict[str, Any]:
+HETEROGENEITY_TEXT = {
+    "offset": f"offset, xi_m ~ N(0, {OFFSET_SCALE:g}^2)",
+    "shift": f"shift, s_m ~ N(0, {SHIFT_SCALE:g}^2), regret on the average of the M clients",
+}
+
+
+def parameters(scale_algorithms: list[str] | None = None) -> dict[str, Any]:
+    """The settings: ``algorithm`` and ``heterogeneity`` are those of the speed and
+    communication runs; ``scale_jobs`` those of the scale runs (the rest is shared)."""
     return {
         "algorithm": ALGORITHM,
         "preset": PRESET,
@@ -600,19 +664,30 @@ def parameters() -> dict[str, Any]:
         "delta": "1/M",
         "objective": "garland",
         "f_star": GARLAND_F_STAR,
-        "heterogeneity": f"offset, xi_m ~ N(0, {OFFSET_SCALE:g}^2)",
+        "heterogeneity": HETEROGENEITY_TEXT["offset"],
+        "scale_jobs": [
+            {"algorithm": a, "heterogeneity": HETEROGENEITY_TEXT[SCALE_JOBS[a]]}
+            for a in (list(SCALE_JOBS) if scale_algorithms is None else scale_algorithms)
+        ],
         "noise": f"uniform U(-{NOISE_HALF_WIDTH:g}, {NOISE_HALF_WIDTH:g})",
         "seed": SEED,
         "runner": "fedxab.agents.federation.Federation (in-process, msgpack wire codec)",
     }
 
 
-def params_line(offsets: bool = True) -> str:
+def params_line(offsets: bool = True, shifts: bool = False) -> str:
+    """The settings in one line; ``shifts`` adds the PF-PNE job of the scale measurement."""
     clients = f"client offsets xi_m ~ N(0, {OFFSET_SCALE:g})" if offsets else "no client offsets"
+    pfpne = (
+        f" Many clients, PF-PNE: the same preset, input shifts s_m ~ N(0, {SHIFT_SCALE:g}²), "
+        "regret on the average of the M clients."
+        if shifts
+        else ""
+    )
     return (
         f"Fed-PNE (practical preset: nu = {NU:g}, rho = {RHO:g}, c = {C_PRACTICAL:g}, c1 = 1, "
         f"delta = 1/M, k = {K}) on Garland, f* = {GARLAND_F_STAR:.10f}, {clients}, "
-        f"noise U(−{NOISE_HALF_WIDTH:g}, {NOISE_HALF_WIDTH:g}); in-process runner."
+        f"noise U(−{NOISE_HALF_WIDTH:g}, {NOISE_HALF_WIDTH:g}); in-process runner.{pfpne}"
     )
 
 
@@ -664,7 +739,7 @@ def make_progress() -> Any:
 
 def tables(
     speed: dict[str, Any],
-    scale: dict[str, Any] | None,
+    scale: list[dict[str, Any]] | None,
     comm: dict[str, Any] | None,
 ) -> list[tuple[str, str, list[str], list[list[str]]]]:
     out = [
@@ -705,7 +780,8 @@ def tables(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Benchmark the in-process federation runner (Fed-PNE on Garland, issue 3).",
+        description="Benchmark the in-process federation runner (Fed-PNE on Garland, and PF-PNE "
+        "in the scale runs; issue 3).",
         epilog="Run from the repository root with the project's virtualenv.",
     )
     p.add_argument(
@@ -730,13 +806,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--scale-clients",
         type=int,
         default=None,
-        help=f"M of the fresh-process scale run, 0 to skip (default: {SCALE_CLIENTS})",
+        help=f"M of the fresh-process scale runs, 0 to skip them (default: {SCALE_CLIENTS})",
     )
     p.add_argument(
         "--scale-budget",
         type=int,
         default=None,
-        help=f"T of the scale run (default: {SCALE_BUDGET})",
+        help=f"T of the scale runs (default: {SCALE_BUDGET})",
+    )
+    p.add_argument(
+        "--scale-algorithms",
+        nargs="+",
+        choices=list(SCALE_JOBS),
+        default=list(SCALE_JOBS),
+        help="the scale jobs, each in its own fresh process: fedpne (value offsets), pfpne "
+        f"(input shifts) (default: {' '.join(SCALE_JOBS)})",
     )
     p.add_argument(
         "--comm-clients",
@@ -768,8 +852,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: M = 10, T = 1000 (2 runs); scale M = 200, T = 200; communication "
-        "M in {5, 10, 20} at T = 1000 and T in {500, 1000, 2000} at M = 10 "
+        help="smoke run: M = 10, T = 1000 (2 runs); scale M = 200, T = 200 (each job); "
+        "communication M in {5, 10, 20} at T = 1000 and T in {500, 1000, 2000} at M = 10 "
         "(explicit flags still win)",
     )
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
@@ -800,6 +884,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("communication budgets must be >= 2 (the table divides by ln T)")
     if any(m < 1 for m in args.comm_clients) or args.comm_budgets_clients < 1:
         p.error("communication client counts must be >= 1")
+    args.scale_algorithms = list(dict.fromkeys(args.scale_algorithms))
     args.comm_clients = sorted(set(args.comm_clients))
     args.comm_budgets = sorted(set(args.comm_budgets))
     return args
@@ -810,10 +895,10 @@ def main(argv: list[str] | None = None) -> int:
     check_objective()
     warm_up()
 
-    scale: dict[str, Any] | None = None
+    scale: list[dict[str, Any]] | None = None
     comm: dict[str, Any] | None = None
     do_comm = bool(args.comm_clients)
-    steps = args.repeats + (1 if args.scale_clients else 0)
+    steps = args.repeats + (len(args.scale_algorithms) if args.scale_clients else 0)
     if do_comm:
         steps += len(args.comm_clients) + len(args.comm_budgets)
     progress = make_progress()
@@ -831,13 +916,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         speed = measure_speed(args.speed_clients, args.speed_budget, args.repeats, on_step=step)
         if args.scale_clients:
-            progress.update(
-                task,
-                description=f"scale: M = {args.scale_clients:,}, T = {args.scale_budget:,} "
-                "(fresh process)",
-            )
-            scale = measure_scale(args.scale_clients, args.scale_budget)
-            step()
+            scale = []
+            for algorithm in args.scale_algorithms:
+                progress.update(
+                    task,
+                    description=f"scale: {ALGORITHM_NAMES[algorithm]}, M = "
+                    f"{args.scale_clients:,}, T = {args.scale_budget:,} (fresh process)",
+                )
+                scale.append(
+                    measure_scale(
+                        args.scale_clients,
+                        args.scale_budget,
+                        algorithm=algorithm,
+                        heterogeneity=SCALE_JOBS[algorithm],
+                    )
+                )
+                step()
         if do_comm:
             by_clients, by_budget = [], []
             for m in args.comm_clients:
@@ -859,24 +953,26 @@ def main(argv: list[str] | None = None) -> int:
     v = verdicts(speed, scale, None if comm is None else comm["fits"])
     env = environment()
     all_tables = tables(speed, scale, comm)
+    shifts = scale is not None and "pfpne" in args.scale_algorithms
+    settings = params_line(shifts=shifts)
     if args.markdown:
         parts = []
         for title, caption, headers, rows in all_tables:
             parts += [f"**{title}**", md_table(headers, rows), caption]
-        parts.append(params_line() + "\n" + env_line(env))
+        parts.append(settings + "\n" + env_line(env))
         parts.append("\n".join(f"- {line}" for line in verdict_lines(v)))
         print("\n\n".join(parts))
     else:
         console = make_console()
         for title, caption, headers, rows in all_tables:
             print_table(console, title, caption, headers, rows)
-        for line in [params_line(), env_line(env), *verdict_lines(v)]:
+        for line in [settings, env_line(env), *verdict_lines(v)]:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if args.json is not None:
         payload = {
             "benchmark": "federation",
             "command": [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)],
-            "parameters": parameters(),
+            "parameters": parameters(args.scale_algorithms if args.scale_clients else []),
             "environment": env,
             "speed": speed,
             "scale": scale,

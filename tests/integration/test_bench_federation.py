@@ -1,6 +1,7 @@
 """The federation benchmarks of issue 3 run end to end (``--quick``) and write their measurements.
 
-``benchmarks/bench_federation.py`` (Fed-PNE speed, many clients, communication) and
+``benchmarks/bench_federation.py`` (Fed-PNE speed, many clients with Fed-PNE and PF-PNE,
+communication) and
 ``benchmarks/bench_dp_fedpne.py`` (DP-Fed-PNE's regret as epsilon falls) each run once in a
 subprocess. Nothing here asserts on speed or memory: timings depend on the machine, and the
 scripts only report them. The tests check that the measurements exist, are well formed and obey
@@ -10,12 +11,15 @@ grow with M, sigma falls as epsilon grows, ...).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
+import sys
+from types import ModuleType
 from typing import Any
 
 import pytest
-from bench_scripts import run_bench
+from bench_scripts import BENCH, run_bench
 
 F_STAR = 4 * (math.pi / 6) * (1 - math.pi / 6)
 
@@ -62,19 +66,62 @@ def test_speed_entry(federation_run: tuple[dict[str, Any], str]) -> None:
 
 def test_scale_entry(federation_run: tuple[dict[str, Any], str]) -> None:
     data, _ = federation_run
-    sc = data["scale"]
-    assert sc is not None
-    assert (sc["clients"], sc["budget"]) == (200, 200)
-    assert sc["evaluations"] == sc["clients"] * sc["budget"]
-    assert sc["rounds"] > 0
-    assert sc["construct_s"] > 0 and sc["run_s"] > 0 and sc["total_s"] > 0
-    assert (
-        sc["peak_rss_kib"]
-        >= sc["peak_rss_after_construction_kib"]
-        >= sc["peak_rss_before_construction_kib"]
-        > 0
-    )
-    assert sc["peak_rss_mb"] > 0
+    jobs = data["scale"]
+    # By default both jobs run, each in its own process: Fed-PNE with value offsets and PF-PNE
+    # with input shifts (global objective: the average of the clients).
+    assert [(sc["algorithm"], sc["heterogeneity"]) for sc in jobs] == [
+        ("fedpne", "offset"),
+        ("pfpne", "shift"),
+    ]
+    described = data["parameters"]["scale_jobs"]
+    assert [j["algorithm"] for j in described] == ["fedpne", "pfpne"]
+    for job, sc in zip(described, jobs, strict=True):
+        assert job["heterogeneity"].startswith(sc["heterogeneity"])
+    for sc in jobs:
+        m, t = sc["clients"], sc["budget"]
+        assert (m, t) == (200, 200)
+        # The run went to its end with every client using exactly T evaluations.
+        assert sc["evaluations"] == m * t
+        assert sc["client_evaluations_min"] == sc["client_evaluations_max"] == t
+        assert sc["rounds"] > 0
+        assert sc["messages_up"] > 0 and sc["bytes_up"] > 0 and sc["bytes_down"] > 0
+        assert sc["construct_s"] > 0 and sc["run_s"] > 0
+        assert sc["total_s"] >= sc["run_s"]
+        assert sc["evaluations_per_s"] == pytest.approx(m * t / sc["total_s"])
+        assert (
+            sc["peak_rss_kib"]
+            >= sc["peak_rss_after_construction_kib"]
+            >= sc["peak_rss_before_construction_kib"]
+            > 0
+        )
+        assert sc["peak_rss_mb"] > 0
+        assert 0 <= sc["cumulative_regret"] <= t * sc["f_star"]
+        assert 0 <= sc["simple_regret"] <= sc["f_star"]
+    # Offsets keep Garland's maximiser: the global f* is Garland's. The clients' average under
+    # input shifts has a lower maximum.
+    assert jobs[0]["f_star"] == pytest.approx(F_STAR, abs=1e-12)
+    assert 0 < jobs[1]["f_star"] < F_STAR
+
+
+def _bench_federation(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The script as a module; the path entry it adds for ``_common`` is undone afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("bench_federation", BENCH / "bench_federation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scale_algorithms_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse_args = _bench_federation(monkeypatch).parse_args
+    assert parse_args([]).scale_algorithms == ["fedpne", "pfpne"]
+    quick = parse_args(["--quick"])
+    assert (quick.scale_clients, quick.scale_budget) == (200, 200)
+    assert quick.scale_algorithms == ["fedpne", "pfpne"]
+    assert parse_args(["--scale-algorithms", "pfpne", "pfpne"]).scale_algorithms == ["pfpne"]
+    with pytest.raises(SystemExit):
+        parse_args(["--scale-algorithms", "hct"])
 
 
 def test_communication_grows_with_clients_and_budget(
@@ -111,9 +158,15 @@ def test_communication_grows_with_clients_and_budget(
 def test_federation_verdicts_are_reported(federation_run: tuple[dict[str, Any], str]) -> None:
     data, stdout = federation_run
     v = data["verdicts"]
-    for key in ("speed", "scale", "communication"):
+    for key in ("speed", "communication"):
         assert isinstance(v[key]["meets_target"], bool), key
-    assert stdout.count("meets target:") == 3
+    # One scale verdict per job; "every client used exactly T" does not depend on the machine.
+    assert [(sc["algorithm"], sc["meets_target"]) for sc in v["scale"]] == [
+        ("fedpne", True),
+        ("pfpne", True),
+    ]
+    assert stdout.count("meets target:") == 4
+    assert stdout.count("Scale: ") == 2
     env = data["environment"]
     assert env["python"] and env["numpy"] and env["cpu_count"]
 
