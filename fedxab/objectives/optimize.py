@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 from fedxab.errors import ConfigError
 
@@ -234,6 +233,8 @@ def _lbfgsb(g: _Reduced, t0: np.ndarray) -> np.ndarray:
         grad = np.where(denom > 0, diff / np.where(denom > 0, denom, 1.0), 0.0)
         return -float(vals[0]), -grad
 
+    from scipy.optimize import minimize  # imported here: scipy.optimize is slow to import
+
     res = minimize(
         fun,
         t0,
@@ -247,6 +248,8 @@ def _lbfgsb(g: _Reduced, t0: np.ndarray) -> np.ndarray:
 
 def _nelder_mead(g: _Reduced, t0: np.ndarray) -> np.ndarray:
     k = g.k
+    from scipy.optimize import minimize  # imported here: scipy.optimize is slow to import
+
     res = minimize(
         lambda t: -float(g(t)[0]),
         t0,

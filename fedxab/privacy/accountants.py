@@ -48,25 +48,40 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import dp_accounting
 import numpy as np
-from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedxab.errors import ConfigError
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.validation import check_choice, check_positive
+
+if TYPE_CHECKING:
+    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 
 __all__ = ["ACCOUNTANTS", "Accountant", "check_event", "make_accountant", "noise_multiplier_for"]
 
 ACCOUNTANTS = ("rdp", "moments", "opacus-rdp", "opacus-prv")
 OPACUS_INSTALL = "pip install torch==2.13.0 'fedxab[opacus]'"
 """How to install the Opacus backends: torch pinned to the CPU build, in the same pip step."""
-OPACUS_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
-"""The orders ``"opacus-rdp"`` searches: dp-accounting's defaults, those of ``"rdp"``."""
 MOMENT_ORDERS = tuple(range(2, 34))
 """RDP orders alpha = lambda + 1 for the moment orders lambda = 1..32 (spec-dpftsde §4.2)."""
+
+
+@functools.cache
+def _dp_accounting() -> Any:
+    """dp-accounting, imported on first use: importing it imports scipy.signal and scipy.stats
+    (about half a second), which a run without privacy never needs."""
+    import dp_accounting
+    import dp_accounting.rdp.rdp_privacy_accountant
+
+    return dp_accounting
+
+
+@functools.cache
+def opacus_orders() -> tuple[float, ...]:
+    """The orders ``"opacus-rdp"`` searches: dp-accounting's defaults, those of ``"rdp"``."""
+    return tuple(_dp_accounting().rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 
 
 class Accountant(Protocol):
@@ -115,8 +130,9 @@ def _quiet_fractional_orders() -> Iterator[None]:
 
 def _rdp_accountant(
     group: tuple[PrivacyEvent, ...], orders: tuple[int, ...] | None
-) -> rdp_privacy_accountant.RdpAccountant:
-    accountant = rdp_privacy_accountant.RdpAccountant(
+) -> RdpAccountant:
+    dp_accounting = _dp_accounting()
+    accountant = dp_accounting.rdp.rdp_privacy_accountant.RdpAccountant(
         orders=list(orders) if orders is not None else None,
         neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
     )
@@ -235,10 +251,10 @@ def _opacus_history(group: tuple[PrivacyEvent, ...]) -> tuple[tuple[float, float
 
 @functools.lru_cache(maxsize=4096)
 def _opacus_rdp(history: tuple[tuple[float, float, int], ...]) -> np.ndarray:
-    """Total RDP of ``history`` at :data:`OPACUS_ORDERS` (Opacus's ``compute_rdp``)."""
+    """Total RDP of ``history`` at :func:`opacus_orders` (Opacus's ``compute_rdp``)."""
     compute_rdp = _opacus().analysis.rdp.compute_rdp
     return sum(
-        np.asarray(compute_rdp(q=q, noise_multiplier=z, steps=n, orders=list(OPACUS_ORDERS)))
+        np.asarray(compute_rdp(q=q, noise_multiplier=z, steps=n, orders=list(opacus_orders())))
         for z, q, n in history
     )
 
@@ -247,7 +263,7 @@ def _opacus_rdp(history: tuple[tuple[float, float, int], ...]) -> np.ndarray:
 def _opacus_rdp_epsilon(history: tuple[tuple[float, float, int], ...], delta: float) -> float:
     accountant = _opacus().RDPAccountant()
     accountant.history = list(history)
-    return float(accountant.get_epsilon(delta, alphas=list(OPACUS_ORDERS)))
+    return float(accountant.get_epsilon(delta, alphas=list(opacus_orders())))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -286,7 +302,7 @@ class OpacusRdpAccountant:
         (Balle et al. 2020, Theorem 21) solved for delta, minimised over the same orders and
         capped at 1: the delta at ``epsilon(events, delta)`` is at most ``delta``."""
         epsilon = check_positive("privacy.epsilon", epsilon)
-        a = np.asarray(OPACUS_ORDERS, dtype=float)
+        a = np.asarray(opacus_orders(), dtype=float)
         deltas = []
         for g in _scopes(events):
             log_delta = (a - 1) * (_opacus_rdp(_opacus_history(g)) - epsilon + np.log1p(-1 / a))
