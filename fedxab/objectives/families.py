@@ -174,7 +174,8 @@ class AverageObjective(Objective):
         super().__init__(dom)
         if compute_optimum:
             cands = np.vstack([known_maximizers(o) for o in objs])
-            res = maximize_on_box(self, dom, candidates=cands, separable=self.separable)
+            # the dense search would only fill the memo with points no run pulls
+            res = maximize_on_box(self._mean, dom, candidates=cands, separable=self.separable)
             self.optimum_value = res.value
             m = res.x.copy()
             m.setflags(write=False)
@@ -187,18 +188,18 @@ class AverageObjective(Objective):
         todo = [i for i, v in enumerate(cached) if v is None]
         values = np.array([0.0 if v is None else v for v in cached])
         if todo:
-            values[todo] = self._sum(points[todo]) / len(self.objectives)
+            values[todo] = self._mean(points[todo])
             for i in todo:
                 self.cache.put(keys[i], float(values[i]))
         return values[where.reshape(-1)]
 
-    def _sum(self, X: np.ndarray) -> np.ndarray:
-        """``sum_m f_m(X)``, accumulated over m in order."""
+    def _mean(self, X: np.ndarray) -> np.ndarray:
+        """``(1/M) sum_m f_m(X)``, the sum accumulated over m in order, without the memo."""
         if self._shifts is None:
             total = np.zeros(X.shape[0])
             for o in self.objectives:
                 total += o(X)
-            return total
+            return total / len(self.objectives)
         base = self.objectives[0].base  # type: ignore[attr-defined]
         lo, hi = self.domain[:, 0], self.domain[:, 1]
         m, d = self._shifts.shape
@@ -210,7 +211,7 @@ class AverageObjective(Objective):
             values = base(moved.reshape(-1, d)).reshape(m, chunk.shape[0])
             # a running sum over m, in order: the loop's sums (a plain sum may pair terms)
             out[start : start + chunk.shape[0]] = np.cumsum(values, axis=0)[-1]
-        return out
+        return out / m
 
 
 @dataclass(frozen=True)
