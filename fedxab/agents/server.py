@@ -60,6 +60,7 @@ from fedxab.agents.federation import (
     make_family,
     observe_privacy,
     phase_communication,
+    regret_coverage,
     start_metrics,
     stopped_phases,
     withdrawn_clients,
@@ -550,14 +551,16 @@ class ServerAgent:
                 len(gone),
                 gone[:5],
             )
-        missing = np.flatnonzero(self.sums.received < expected).tolist()
-        if missing:
+        coverage = regret_coverage(self.sums, expected)
+        if coverage is not None:
             log.warning(
-                "run %s: telemetry incomplete for %d client(s) (first: %s); their regret is "
-                "counted up to their last report",
+                "run %s: telemetry incomplete for %d client(s) (first: %s); the regret counts "
+                "%d of %d pulls (results: regret_coverage)",
                 self.run_id,
-                len(missing),
-                missing[:5],
+                len(coverage["clients"]),
+                coverage["clients"][:5],
+                coverage["pulls_received"],
+                coverage["pulls_expected"],
             )
 
     async def _check_fresh_or_resuming(self) -> None:
