@@ -289,7 +289,7 @@ def scale_probe(
         "peak_rss_before_construction_kib": int(rss_before),
         "peak_rss_after_construction_kib": int(rss_constructed),
         "peak_rss_kib": int(peak),
-        "f_star": float(fed.f_star),
+        "f_star": float(fed.family.global_objective.optimum_value),
         "client_evaluations_min": int(used.min()),
         "client_evaluations_max": int(used.max()),
         **_record_fields(record),

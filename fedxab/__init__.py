@@ -1,8 +1,72 @@
-"""fedxab: federated and distributed black-box optimization with differential privacy."""
+"""fedxab: federated and distributed black-box optimization with differential privacy.
 
+The names users need, importable from ``fedxab`` directly (each loaded on first use, so
+``import fedxab`` stays cheap)::
+
+    import fedxab
+
+    results = fedxab.federate([f0, f1, f2], domain=[[0, 1], [0, 1]], budget=2000)
+    results.runs[0].recommendation, results.runs[0].clients[0].best_value
+
+- optimizers (ask/tell): :class:`HCT`, :class:`POO`;
+- federating users' functions: :func:`federate`, :func:`make_config`, :func:`run_job`,
+  :func:`serve`, :func:`host_clients`, :class:`AskTellClient`;
+- configs: :func:`load_config`, :func:`config_from_dict`, :func:`default_config`,
+  :class:`Config`;
+- results: :class:`RunResults`, :class:`RunRecord`, :class:`ClientOutcome`,
+  :func:`load_results`, :func:`write_results`;
+- objectives: :class:`FunctionObjective`; errors: :class:`FedxabError`, :class:`ConfigError`,
+  :class:`ProtocolMismatchError`; the run identity: :func:`run_id_for`.
+"""
+
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("fedxab")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
+
+_PUBLIC = {
+    "HCT": "fedxab.algorithms.hct",
+    "POO": "fedxab.algorithms.poo",
+    "federate": "fedxab.api",
+    "make_config": "fedxab.api",
+    "run_job": "fedxab.api",
+    "serve": "fedxab.api",
+    "host_clients": "fedxab.api",
+    "AskTellClient": "fedxab.api",
+    "Config": "fedxab.config",
+    "load_config": "fedxab.config",
+    "config_from_dict": "fedxab.config",
+    "default_config": "fedxab.config",
+    "RunResults": "fedxab.results",
+    "RunRecord": "fedxab.results",
+    "load_results": "fedxab.results",
+    "write_results": "fedxab.results",
+    "ClientOutcome": "fedxab.run.outcome",
+    "FunctionObjective": "fedxab.objectives.wrap",
+    "FedxabError": "fedxab.errors",
+    "ConfigError": "fedxab.errors",
+    "ProtocolMismatchError": "fedxab.run.identity",
+    "run_id_for": "fedxab.run.identity",
+}
+"""Public name -> the module that defines it."""
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedxab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -177,7 +177,7 @@ def _single_agent_callbacks(metrics, cfg, on_run_start, on_progress):
     callbacks, the run's regret and round as the progress bar shows them."""
     if metrics is None:
         return on_run_start, on_progress
-    from fedxab.agents.local import run_id_for
+    from fedxab.run.identity import run_id_for
 
     def start(index: int, total: int, run_seed: int) -> None:
         if index > 0:
@@ -307,6 +307,41 @@ def _summary_table(results) -> Table:
     return table
 
 
+_CLIENT_ROWS = 10
+
+
+def _clients_table(results) -> Table | None:
+    """What each client observed in the last run (``RunRecord.clients``): shown where no
+    optimum is known (a user's objective), the deployment results. The first clients, then the
+    range of the others' best values."""
+    run = results.runs[-1]
+    if run.clients is None or results.objective.get("optimum_value") is not None:
+        return None
+    direction = results.objective.get("direction", "maximize")
+    table = Table(
+        title=f"what each client observed (seed {run.seed}; best = {direction[:3]})",
+        title_justify="left",
+    )
+    for name in ("client", "evals", "best observed", "at", "own recommendation"):
+        table.add_column(name, justify="right" if name in ("client", "evals") else "left")
+    for c in run.clients[:_CLIENT_ROWS]:
+        table.add_row(
+            str(c.client),
+            f"{c.evaluations:,}",
+            _fmt(c.best_value, 6),
+            "-" if c.best_point is None else _fmt_point(c.best_point),
+            "-" if c.recommendation is None else _fmt_point(c.recommendation),
+        )
+    rest = [c.best_value for c in run.clients[_CLIENT_ROWS:] if c.best_value is not None]
+    if rest:
+        table.caption = (
+            f"{len(run.clients) - _CLIENT_ROWS:,} more clients: best observed from "
+            f"{_fmt(min(rest), 6)} to {_fmt(max(rest), 6)}"
+        )
+        table.caption_justify = "left"
+    return table
+
+
 def _coverage_note(run) -> str:
     """Why a run's regret curves are incomplete (see ``RunRecord.regret_coverage``)."""
     cov = run.regret_coverage
@@ -406,10 +441,8 @@ def run(
     serve_after: ServeAfterOption = None,
 ) -> None:
     """Run a job and write DIR/results.json (federated jobs: every agent in this process)."""
-    from fedxab.agents.distributed import run_on_broker_config
-    from fedxab.agents.federation import run_federated_config
     from fedxab.agents.local import run_config
-    from fedxab.broker.factory import make_broker
+    from fedxab.api import run_job
     from fedxab.results import write_results
 
     console = _console()
@@ -443,16 +476,11 @@ def run(
                     results = run_config(cfg, on_progress, on_run_start=on_run_start)
                     if metrics is not None:
                         metrics.end_run(results.runs[-1])
-                elif make_broker(cfg.broker.url, cfg.broker) is None:  # inprocess://
-                    results = run_federated_config(
-                        cfg, on_progress, on_run_start=on_run_start, metrics=metrics
-                    )
                 else:
                     results = _interruptible(
-                        lambda: run_on_broker_config(
+                        lambda: run_job(
                             cfg,
-                            lambda: make_broker(cfg.broker.url, cfg.broker),
-                            on_progress,
+                            progress=on_progress,
                             on_run_start=on_run_start,
                             hosts=hosts,
                             metrics=metrics,
@@ -461,7 +489,11 @@ def run(
             path = write_results(results, cfg.output_dir)
             if not quiet:
                 console.print(_summary_table(results))
-                for table in (_communication_table(results), _privacy_table(results)):
+                for table in (
+                    _clients_table(results),
+                    _communication_table(results),
+                    _privacy_table(results),
+                ):
                     if table is not None:
                         console.print(table)
             console.print(f"results: {path}", soft_wrap=True, markup=False)
@@ -538,6 +570,14 @@ def _serve(coro_factory):
         raise KeyboardInterrupt from None
 
 
+def _run_ids(cfg) -> str:
+    """``run id(s) ...``: what a server and its clients share (:mod:`fedxab.run.identity`)."""
+    from fedxab.run.identity import run_id_for
+
+    ids = [run_id_for(cfg, seed) for seed in cfg.run.seeds]
+    return f"run id{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+
+
 def _parse_client_ids(text: str, n_clients: int) -> list[int]:
     """``"3"``, ``"0-9"`` or ``"0-4,7,9-11"`` -> sorted client ids, each in 0..n_clients-1."""
     ids: set[int] = set()
@@ -611,7 +651,8 @@ def server(
         transport = _shared_broker(cfg, "server")
         console.print(
             f"[bold]fedxab server[/bold]: {escape(cfg.algorithm.name)}, "
-            f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}",
+            f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}; "
+            f"{_run_ids(cfg)}",
             soft_wrap=True,
         )
         progress = _progress(console, quiet, "rounds")
@@ -635,7 +676,9 @@ def server(
             path = write_results(results, cfg.output_dir)
             if not quiet:
                 console.print(_summary_table(results))
-                console.print(_communication_table(results))
+                for table in (_clients_table(results), _communication_table(results)):
+                    if table is not None:
+                        console.print(table)
             console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
@@ -656,6 +699,14 @@ def client(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            help="This process's own objective, package.module:function (importable here); "
+            "overrides objective.function, so each client process may bring its own.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer (with
     --metrics-port, their own metrics: their regret and epsilon only)."""
@@ -665,9 +716,16 @@ def client(
         cfg = _load(config, seed, repeats, budget, None, broker, keys_dir)
         if cfg.broker is None or cfg.federation is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        if objective is not None:
+            cfg = cfg.with_objective_function(objective)
         ids = _parse_client_ids(client_id, cfg.federation.clients)
         transport = _shared_broker(cfg, "client")
         console = _console()
+        console.print(
+            f"[bold]fedxab client[/bold]: clients {escape(client_id)} of "
+            f"{escape(cfg.algorithm.name)} on {escape(cfg.broker.url)}; {_run_ids(cfg)}",
+            soft_wrap=True,
+        )
 
         with _metrics(console, "client", metrics_port, metrics_host, serve_after) as metrics:
 

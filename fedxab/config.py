@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import tomllib
 import typing
@@ -55,6 +56,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
+
+import numpy as np
 
 from fedxab.algorithms.registry import (
     FEDERATED,
@@ -64,6 +67,7 @@ from fedxab.algorithms.registry import (
     make_optimizer,
 )
 from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from fedxab.domain import as_domain
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
@@ -288,32 +292,96 @@ class NoiseConfig:
         return {"name": self.name, **_plain(self.params)}
 
 
+DIRECTIONS = ("maximize", "minimize")
+
+_USER_OBJECTIVE_KEYS = ("function", "domain", "direction", "vectorized")
+"""``[objective]`` keys of a user's own objective (:mod:`fedxab.objectives.user`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """``[objective]``: the test function (name + parameters) and its noise model."""
+    """``[objective]``: a built-in test function (``name`` + parameters) or the user's own
+    function, and the noise model.
+
+    A user's own objective names a Python callable, ``function = "package.module:function"``,
+    with its ``domain`` (a list of ``[lower, upper]`` pairs), its ``direction`` ("maximize", the
+    default, or "minimize") and ``vectorized`` (the function takes the whole (n, d) batch); any
+    further key is passed to the function as a keyword argument. The function is imported only
+    by the processes that evaluate it, the clients: a server never needs it
+    (:func:`fedxab.objectives.user.load_function`). Its noise model defaults to "none" (a
+    user's black box is its own noise).
+    """
 
     SECTION: ClassVar[str] = "objective"
 
     name: str = "garland"
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     noise: NoiseConfig = dataclasses.field(default_factory=NoiseConfig)
+    function: str | None = None
+    """``"package.module:function"``: the user's own objective (``name`` is then its label)."""
+    domain: tuple[tuple[float, float], ...] | None = None
+    """The search box of a user's objective (a built-in objective has its own)."""
+    direction: str = "maximize"
+    """Whether a user's objective is to be maximised or minimised."""
+    vectorized: bool = False
+    """Whether a user's function takes the whole (n, d) batch rather than one point."""
 
     def __post_init__(self) -> None:
         _coerce("objective.name", self.name, str)
         object.__setattr__(self, "params", _frozen_params("objective", self.params))
         if not isinstance(self.noise, NoiseConfig):
             raise ConfigError("objective.noise", f"expected a NoiseConfig, got {self.noise!r}")
+        _coerce("objective.function", self.function, str | None)
+        check_choice("objective.direction", self.direction, DIRECTIONS)
+        _coerce("objective.vectorized", self.vectorized, bool)
+        if self.function is None:
+            for key in ("domain", "direction", "vectorized"):
+                if getattr(self, key) != getattr(ObjectiveConfig, key):
+                    raise ConfigError(
+                        f"objective.{key}",
+                        f"applies to a user's own objective (objective.function) only; built-in "
+                        f"objective {self.name!r} has its own; remove it or set function",
+                    )
+            return
+        from fedxab.objectives.user import check_function_spec
+
+        check_function_spec(self.function, "objective.function")
+        if self.domain is None:
+            raise ConfigError(
+                "objective.domain",
+                "missing: a user's objective needs its search box, e.g. "
+                "domain = [[0.0, 1.0], [-5.0, 5.0]] (one [lower, upper] pair per dimension)",
+            )
+        bounds = as_domain(self.domain, "objective.domain")
+        object.__setattr__(self, "domain", tuple((float(a), float(b)) for a, b in bounds))
+
+    @property
+    def is_user(self) -> bool:
+        """Whether this is a user's own objective (``function``) rather than a built-in one."""
+        return self.function is not None
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> ObjectiveConfig:
         table = _as_table(cls.SECTION, table)
-        name = table.get("name", cls.name)
-        noise = NoiseConfig.from_value(table["noise"]) if "noise" in table else NoiseConfig()
-        params = {k: v for k, v in table.items() if k not in ("name", "noise")}
-        return cls(name=name, params=params, noise=noise)
+        user = {k: table[k] for k in _USER_OBJECTIVE_KEYS if k in table}
+        function = user.get("function")
+        name = table.get("name", cls.name if function is None else str(function))
+        if "noise" in table:
+            noise = NoiseConfig.from_value(table["noise"])
+        else:
+            noise = NoiseConfig() if function is None else NoiseConfig(name="none", params={})
+        skip = ("name", "noise", *_USER_OBJECTIVE_KEYS)
+        params = {k: v for k, v in table.items() if k not in skip}
+        return cls(name=name, params=params, noise=noise, **user)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **_plain(self.params), "noise": self.noise.to_dict()}
+        data = {"name": self.name, **_plain(self.params), "noise": self.noise.to_dict()}
+        if self.function is not None:
+            data["function"] = self.function
+            data["domain"] = [list(pair) for pair in self.domain or ()]
+            data["direction"] = self.direction
+            data["vectorized"] = self.vectorized
+        return data
 
 
 def _default_algorithm_params() -> Mapping[str, Any]:
@@ -658,7 +726,8 @@ class Config:
             private = name == "privacy"
             if name_ in PRIVATE if private else is_federated(name_):
                 if value is None:
-                    object.__setattr__(self, name, cls())
+                    user = name == "federation" and self.objective.is_user
+                    object.__setattr__(self, name, cls(heterogeneity="none") if user else cls())
                 elif not isinstance(value, cls):
                     raise ConfigError(name, f"expected a {cls.__name__}, got {value!r}")
             elif value is not None:
@@ -672,6 +741,23 @@ class Config:
                     f"algorithm {name_!r} {kind} and takes no [{name}] section; remove it, "
                     f"or choose one of {', '.join(sorted(which))}",
                 )
+        fed = self.federation
+        if self.objective.is_user and fed is not None and fed.heterogeneity != "none":
+            raise ConfigError(
+                "federation.heterogeneity",
+                f"{fed.heterogeneity!r} builds simulated client objectives from a built-in "
+                "one; with a user's own objective (objective.function) each client evaluates "
+                'its own function: use heterogeneity = "none" (or leave it out)',
+            )
+
+    @functools.cached_property
+    def domain(self) -> np.ndarray:
+        """The search box of the run, shape (d, 2): a user objective's ``domain``, or the
+        built-in objective's own (built once to read it)."""
+        objective = self.objective
+        if objective.domain is not None:
+            return as_domain(objective.domain, "objective.domain")
+        return make_objective(objective.name, **dict(objective.params)).domain
 
     @property
     def is_federated(self) -> bool:
@@ -713,6 +799,32 @@ class Config:
         data["run"].update({k: v for k, v in changes.items() if v is not None})
         return config_from_dict(data)
 
+    def with_broker_url(self, url: str) -> Config:
+        """A copy on the transport ``url`` (``[broker] url``), re-validated."""
+        if self.broker is None:
+            raise ConfigError("broker.url", f"{self.algorithm.name!r} runs a single agent")
+        data = self.to_dict()
+        data["broker"] = {**data["broker"], "url": url}
+        return config_from_dict(data)
+
+    def with_objective_function(self, spec: str) -> Config:
+        """A copy whose objective is the user's function ``spec`` (``package.module:function``),
+        on the run's domain: a client process's own objective (``fedxab client --objective``).
+        The protocol, hence the run id, is unchanged; a simulation's objective settings (noise,
+        heterogeneity) are dropped with the built-in objective."""
+        data = self.to_dict()
+        old = self.objective
+        if old.is_user:
+            objective = {**data["objective"], "function": spec}
+            if old.name == old.function:
+                objective["name"] = spec
+        else:
+            objective = {"function": spec, "domain": self.domain.tolist()}
+            if "federation" in data:
+                data["federation"] = {"clients": data["federation"]["clients"]}
+        data["objective"] = objective
+        return config_from_dict(data)
+
     @property
     def output_dir(self) -> Path:
         return Path(self.run.output)
@@ -741,13 +853,13 @@ def _sections() -> dict[str, Any]:
 def _validate_objects(config: Config) -> None:
     """Build the objective, the noise model and the optimizer once, so a bad name or parameter
     is reported now (by the registries, with the field name) and not in the middle of a run."""
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
+    domain = config.domain  # a user's function is not imported: only its clients need it
     make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
     if config.federation is not None:
         # the server and one client (enough to check every parameter; M may be large)
         make_federation(
             config.algorithm.name,
-            objective.domain,
+            domain,
             n_clients=config.federation.clients,
             budget=config.run.budget,
             seed=config.run.seed,
@@ -757,11 +869,16 @@ def _validate_objects(config: Config) -> None:
         return
     make_optimizer(
         config.algorithm.name,
-        objective.domain,
+        domain,
         seed=config.run.seed,
         budget=config.run.budget,
         params=_plain(config.algorithm.params),
     )
+
+
+def _user_objective(data: Mapping[str, Any]) -> bool:
+    table = data.get("objective")
+    return isinstance(table, Mapping) and table.get("function") is not None
 
 
 def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Config:
@@ -780,6 +897,9 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
                 str(key),
                 f"unknown section [{key}]; allowed sections: {', '.join(sorted(sections))}",
             )
+    if _user_objective(data) and isinstance(data.get("federation"), Mapping):
+        # a user's objective: every client evaluates its own function, no simulated family
+        data = {**data, "federation": {"heterogeneity": "none", **data["federation"]}}
     parts = {
         name: (
             cls.from_table(data[name])

@@ -865,7 +865,6 @@ def _run_parallel(
     """Like ``run_federated_config``, keeping each coordinator's level record for the loss."""
     from fedxab.agents.federation import Federation
     from fedxab.agents.local import objective_info
-    from fedxab.objectives.registry import make_objective
     from fedxab.results import RunResults, summarize_communication
 
     config = pe.config
@@ -880,11 +879,10 @@ def _run_parallel(
         runs.append(record)
         curves.append(loss)
         traces.append({"seed": seed, "simple_regret": loss.tolist(), "levels": levels})
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
     results = RunResults(
         config=config.experiment_dict(),
         algorithm=config.algorithm.name,
-        objective=objective_info(objective),
+        objective=objective_info(config),
         runs=tuple(runs),
         communication=summarize_communication(runs),
     )

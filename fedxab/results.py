@@ -20,6 +20,9 @@ Layout (schema ``fedxab.results/1``)::
          "local_simple_regret": [...],                 #   best regret so far (spec-dpftsde §7.1)
          "communication": {"clients", "rounds", "messages_up", "messages_down",
                            "bytes_up", "bytes_down", "per_phase": [{...}, ...]},
+         "clients": [{"client", "evaluations", "best_value", "best_point",   # federated:
+                      "rounds", "best_so_far", "recommendation"}, ...],     # what each client
+                                                       # observed, in the user's direction
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
          "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
                      "epsilon": [per client], "releases": [per client],
@@ -71,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.errors import FedxabError
+from fedxab.run.outcome import ClientOutcome
 
 __all__ = [
     "COMMUNICATION_COUNTERS",
@@ -147,6 +151,11 @@ class RunRecord:
     lost messages). ``{"pulls_expected", "pulls_received", "clients"}``: the pulls the curves
     should count, those they do count, and the clients short of theirs. None: the curves count
     every pull (always so in process)."""
+    clients: tuple[ClientOutcome, ...] | None = dataclasses.field(default=None, repr=False)
+    """Federated runs: what each client observed of its own objective, in the user's direction
+    (:class:`~fedxab.run.outcome.ClientOutcome`: best observed value and point, best-so-far
+    curve, own recommendation), by client id; the deployment results, known without any
+    optimum. On a broker, clients that never sent theirs are missing."""
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -206,6 +215,8 @@ class RunRecord:
             d["local_simple_regret"] = _list_or_none(self.local_simple_regret)
         if self.regret_coverage is not None:
             d["regret_coverage"] = _plain_json(self.regret_coverage)
+        if self.clients is not None:
+            d["clients"] = [outcome.to_dict() for outcome in self.clients]
         return d
 
     @classmethod
@@ -240,6 +251,7 @@ class RunRecord:
                 global_simple_regret=g_simple,
                 local_simple_regret=l_simple,
                 regret_coverage=_check_coverage(d.get("regret_coverage"), where),
+                clients=_client_outcomes(d.get("clients"), where),
             )
         except ResultsError:
             raise
@@ -260,6 +272,21 @@ class RunRecord:
                     f"{where}: {key!r} has {curve.size} values for {rounds.size} rounds"
                 )
         return record
+
+
+def _client_outcomes(value: Any, where: str) -> tuple[ClientOutcome, ...] | None:
+    """A run's ``clients`` block as read, or None (files written before it still load)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ResultsError(f"{where}: 'clients' must be a list of client outcomes")
+    outcomes = []
+    for k, item in enumerate(value):
+        try:
+            outcomes.append(ClientOutcome.from_dict(item))
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"{where}: clients[{k}]: {exc}") from exc
+    return tuple(outcomes)
 
 
 def _check_coverage(value: Any, where: str) -> dict[str, Any] | None:

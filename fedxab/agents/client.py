@@ -51,21 +51,22 @@ from fedxab.agents.evaluation import (
 )
 from fedxab.agents.federation import (
     ledger_epsilons,
-    make_family,
+    own_recommendation,
     phase_communication,
     start_metrics,
 )
+from fedxab.agents.lobby import announce_and_watch
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import PRIVATE, decode_broadcast, make_federation
-from fedxab.broker.base import Broker, Record, run_topics
+from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.objectives.noise import make_noise
-from fedxab.objectives.registry import make_objective
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.privacy.run_ledger import RunLedger
+from fedxab.run.assembly import Functions, client_family, make_noise_model, regret_known
+from fedxab.run.identity import protocol_of
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -92,6 +93,7 @@ class ClientAgent:
         executor: Executor | None = None,
         metrics: FederationMetrics | None = None,
         metrics_privacy_only: bool = False,
+        functions: Functions | None = None,
     ) -> None:
         fed = config.federation
         if fed is None or config.agents is None:
@@ -101,18 +103,20 @@ class ClientAgent:
         self.config = config
         self.broker = broker
         self.run_id = run_id
+        self.seed = seed
+        self.namespace = namespace
         self.topics = run_topics(namespace, run_id)
+        self._matched = asyncio.Event()
         self.metrics = metrics
         self.metrics_privacy_only = metrics_privacy_only
         self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
         self.algorithm = config.algorithm.name
-        objective = make_objective(config.objective.name, **dict(config.objective.params))
-        noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
-        family = self.family = make_family(objective, config, seed)
+        noise = make_noise_model(config)
+        family = self.family = client_family(config, seed, client_ids, functions)
         _, clients = make_federation(
             self.algorithm,
-            objective.domain,
+            config.domain,
             n_clients=fed.clients,
             budget=config.run.budget,
             seed=seed,
@@ -131,10 +135,17 @@ class ClientAgent:
             )
             for m, client in self.clients.items():
                 client.gate = self.gates[m] = self.run_ledger.gate(m)
-        shared = GlobalValues(family.global_objective)
+        glob = family.global_objective
+        shared = None if glob is None else GlobalValues(glob)
         self.evaluators = {
             m: ClientEvaluator(
-                m, family, noise, seed=seed, budget=config.run.budget, global_values=shared
+                m,
+                family,
+                noise,
+                seed=seed,
+                budget=config.run.budget,
+                global_values=shared,
+                direction=config.objective.direction,
             )
             for m in client_ids
         }
@@ -200,6 +211,7 @@ class ClientAgent:
             return self._invalid("bad_payload", f"{type(exc).__name__}: {exc}")
         self._broadcast_bytes = len(env.payload)
         self.session = opened.session
+        self._matched.set()  # the server runs this protocol: the lobby has nothing to say
         return msg
 
     def _invalid(self, why: str, text: str) -> None:
@@ -257,8 +269,7 @@ class ClientAgent:
         n = len(self.clients)
         used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
         known = np.isfinite(self._best).all(axis=1)
-        global_known = self.family.global_objective.optimum_value is not None
-        local_known = all(self.family.clients[m].optimum_value is not None for m in self.clients)
+        global_known, local_known = regret_known(self.family)
         metrics.on_regret(
             t=min(used, default=0),
             cumulative=self._regret[0] / n if global_known else None,
@@ -332,6 +343,15 @@ class ClientAgent:
         self._unsent = {}
         self._last_flush = time.monotonic()
 
+    async def _send_outcomes(self, finished: Finished) -> None:
+        """Each hosted client's outcome (what it observed of its own objective, and its own
+        recommendation where it has one) to the server, for the run's results."""
+        for m, client in self.clients.items():
+            outcome = self.evaluators[m].observed.outcome(own_recommendation(client))
+            body = packb(outcome.to_dict())
+            envelope = self._envelope("outcome", m, int(finished.phase), "outcome", body)
+            await self.broker.publish(self.topics["control"], str(m), envelope)
+
     async def _leave(self, phase: int) -> None:
         """Tell the server each hosted client saw the final answer (so it stops repeating it)."""
         for m in self.clients:
@@ -372,7 +392,8 @@ class ClientAgent:
     async def _run(self) -> Finished:
         metrics = self.metrics
         full_view = metrics is not None and not self.metrics_privacy_only
-        await self.broker.create_topics(list(self.topics.values()))
+        lobby = lobby_topic(self.namespace)
+        await self.broker.create_topics([*self.topics.values(), lobby])
         for m in self.clients:
             await self.broker.publish(
                 self.topics["control"], str(m), self._envelope("join", m, 0, "join", packb(None))
@@ -381,8 +402,40 @@ class ClientAgent:
             if budget is not None:
                 record = budget_record(self.run_id, m, budget)
                 await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
-        loop = asyncio.get_running_loop()
         heartbeats = asyncio.create_task(self._heartbeats())
+        watch = asyncio.create_task(
+            announce_and_watch(
+                self.broker,
+                lobby,
+                self.run_id,
+                protocol_of(self.config, self.seed),
+                list(self.clients),
+                self.signer,
+                self._matched,
+            )
+        )
+        answer = asyncio.create_task(self._answer_broadcasts(metrics, full_view))
+        try:
+            done, _ = await asyncio.wait({watch, answer}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done and watch.exception() is not None:
+                raise watch.exception()  # type: ignore[misc]
+            await answer
+        finally:
+            for task in (heartbeats, watch, answer):
+                task.cancel()
+            await asyncio.gather(heartbeats, watch, answer, return_exceptions=True)
+            if self.run_ledger is not None:
+                self.run_ledger.close()
+        if self.finished is None:
+            raise FedxabError(
+                f"run {self.run_id}: the broadcast subscription ended before the server's final "
+                "answer (the broker closed it); restart the client to resume"
+            )
+        return self.finished
+
+    async def _answer_broadcasts(self, metrics: FederationMetrics | None, full_view: bool) -> None:
+        """Answer the run's broadcasts until the server's final answer."""
+        loop = asyncio.get_running_loop()
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         try:
             replay_until = max((await sub.end_offsets()).values(), default=0) - 1
@@ -395,6 +448,7 @@ class ClientAgent:
                     if metrics is not None:
                         self._observe_privacy(metrics)  # final: before the end markers
                     await self._flush_telemetry()
+                    await self._send_outcomes(msg)
                     await self._close_ledger_mirror()
                     await self._leave(int(msg.phase))
                     break
@@ -414,14 +468,4 @@ class ClientAgent:
                 ):
                     self._observe_privacy(metrics)
         finally:
-            heartbeats.cancel()
-            await asyncio.gather(heartbeats, return_exceptions=True)
             await sub.close()
-            if self.run_ledger is not None:
-                self.run_ledger.close()
-        if self.finished is None:
-            raise FedxabError(
-                f"run {self.run_id}: the broadcast subscription ended before the server's final "
-                "answer (the broker closed it); restart the client to resume"
-            )
-        return self.finished

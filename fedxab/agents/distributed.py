@@ -29,16 +29,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results, run_id_for
+from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
 from fedxab.agents.server import ProgressCallback, ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
 from fedxab.results import RunRecord, RunResults
+from fedxab.run.assembly import Functions
+from fedxab.run.identity import run_id_for
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
 
 __all__ = [
+    "client_agent",
     "client_slices",
     "host_clients",
     "run_id_for",
@@ -68,6 +71,7 @@ def _server_agent(
     metrics: FederationMetrics | None = None,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
+    job = [run_id_for(config, s) for s in config.run.seeds]
     return ServerAgent(
         config,
         seed,
@@ -77,17 +81,20 @@ def _server_agent(
         checkpoint=None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id}.ckpt",
         progress=progress,
         metrics=metrics,
+        known_runs=job,
     )
 
 
-def _client_agent(
+def client_agent(
     config: Config,
     seed: int,
     broker: Broker,
     ids: list[int],
     metrics: FederationMetrics | None = None,
     privacy_only: bool = False,
+    functions: Functions | None = None,
 ) -> ClientAgent:
+    """The client agent of clients ``ids`` in run ``seed`` of ``config``."""
     return ClientAgent(
         config,
         seed,
@@ -97,6 +104,7 @@ def _client_agent(
         namespace=_namespace(config),
         metrics=metrics,
         metrics_privacy_only=privacy_only,
+        functions=functions,
     )
 
 
@@ -109,12 +117,14 @@ async def run_on_broker(
     checkpoint_dir: str | Path | None = None,
     progress: ProgressCallback | None = None,
     metrics: FederationMetrics | None = None,
+    functions: Functions | None = None,
 ) -> RunRecord:
-    """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process."""
+    """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process
+    (``functions``: the clients' own objectives, in place of the config's)."""
     assert config.federation is not None
     server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics)
     agents = [
-        _client_agent(config, seed, broker, ids, metrics, privacy_only=True)
+        client_agent(config, seed, broker, ids, metrics, privacy_only=True, functions=functions)
         for ids in client_slices(config.federation.clients, hosts)
     ]
     async with asyncio.TaskGroup() as group:
@@ -132,13 +142,20 @@ def run_on_broker_config(
     on_run_start: RunStartCallback | None = None,
     hosts: int = 1,
     metrics: FederationMetrics | None = None,
+    functions: Functions | None = None,
 ) -> RunResults:
     """Every seed of ``config``, all agents in this process, each seed on a fresh broker."""
 
     async def one(seed: int) -> RunRecord:
         async with broker_factory() as broker:
             return await run_on_broker(
-                config, seed, broker, hosts=hosts, progress=progress, metrics=metrics
+                config,
+                seed,
+                broker,
+                hosts=hosts,
+                progress=progress,
+                metrics=metrics,
+                functions=functions,
             )
 
     runs = [asyncio.run(one(seed)) for seed in announce_seeds(config, on_run_start)]
@@ -168,8 +185,11 @@ async def host_clients(
     client_ids: list[int],
     *,
     metrics: FederationMetrics | None = None,
+    functions: Functions | None = None,
 ) -> int:
-    """Clients ``client_ids`` for every seed of ``config`` in turn; the number of seeds run."""
+    """Clients ``client_ids`` for every seed of ``config`` in turn; the number of seeds run
+    (``functions``: the clients' own objectives, in place of the config's)."""
     for seed in config.run.seeds:
-        await _client_agent(config, seed, broker, client_ids, metrics).run()
+        agent = client_agent(config, seed, broker, client_ids, metrics, functions=functions)
+        await agent.run()
     return len(config.run.seeds)

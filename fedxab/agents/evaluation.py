@@ -33,6 +33,7 @@ from fedxab.errors import FedxabError, ProtocolError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.families import ClientFamily, OffsetObjective
 from fedxab.objectives.noise import NoiseModel
+from fedxab.run.outcome import ObservedBest
 from fedxab.seeding import stream
 
 __all__ = [
@@ -69,11 +70,14 @@ class GlobalValues:
         return g
 
 
-def _local_function(family: ClientFamily, m: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset)."""
+def _local_function(
+    family: ClientFamily, m: int
+) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+    """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset); ``f(X)``
+    is None for a user family (no global objective)."""
     obj = family.clients[m]
     glob = family.global_objective
-    if obj is glob:
+    if glob is not None and obj is glob:
         return lambda X, g: g
     if isinstance(obj, OffsetObjective) and obj.base is glob:
         offset = obj.offset
@@ -165,7 +169,10 @@ def telemetry_batches(entries: list[Telemetry], max_pulls: int) -> list[list[Tel
 
 
 class ClientEvaluator:
-    """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret terms kept."""
+    """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret terms kept
+    where the optima are known (a simulation), and what the client observed always
+    (:attr:`observed`, :mod:`fedxab.run.outcome`). A user family (no global objective)
+    evaluates only the client's own function."""
 
     def __init__(
         self,
@@ -177,6 +184,7 @@ class ClientEvaluator:
         budget: int,
         global_values: GlobalValues | None = None,
         keep_points: bool = False,
+        direction: str = "maximize",
     ) -> None:
         self.client = m
         self.budget = budget
@@ -184,9 +192,12 @@ class ClientEvaluator:
         self._rng = stream(seed, "noise", m)
         self._sample = noise.sample
         self._local = _local_function(family, m)
-        self._global = global_values or GlobalValues(family.global_objective)
-        self._f_star = family.global_objective.optimum_value
+        glob = family.global_objective
+        self._global = None if glob is None else global_values or GlobalValues(glob)
+        self._f_star = None if glob is None else glob.optimum_value
         self._fm_star = family.clients[m].optimum_value
+        self.observed = ObservedBest(m, budget, direction)
+        """What the client observed: its best reward so far (:class:`ObservedBest`)."""
         self._start = 0
         self._g_terms: list[np.ndarray] = []
         self._l_terms: list[np.ndarray] = []
@@ -201,9 +212,10 @@ class ClientEvaluator:
                 f"{self.budget - self.used} left of its budget T = {self.budget} "
                 "(algorithm bug: a client must never exceed T)"
             )
-        g = self._global(X)
+        g = None if self._global is None else self._global(X)
         fm = self._local(X, g)
         rewards = fm + self._sample(fm, self._rng)
+        self.observed.add(X, rewards)
         if self._f_star is not None:
             self._g_terms.append(self._f_star - g)
         if self._fm_star is not None:

@@ -58,7 +58,6 @@ from fedxab.agents.local import (
     announce_seeds,
     collect_results,
     report_progress,
-    run_id_for,
     wants_details,
 )
 from fedxab.algorithms.protocol import Finished
@@ -66,16 +65,12 @@ from fedxab.algorithms.registry import PRIVATE, make_federation
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError
-from fedxab.objectives.base import Objective
-from fedxab.objectives.families import (
-    ClientFamily,
-    input_shift_family,
-    value_offset_family,
-)
-from fedxab.objectives.noise import make_noise
-from fedxab.objectives.registry import make_objective
+from fedxab.objectives.families import ClientFamily
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord, RunResults
+from fedxab.run.assembly import Functions, client_family, make_noise_model, regret_known
+from fedxab.run.identity import run_id_for
+from fedxab.run.outcome import ClientOutcome
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -85,7 +80,6 @@ __all__ = [
     "FederationError",
     "PhaseCommunication",
     "ledger_epsilons",
-    "make_family",
     "run_federated",
     "run_federated_config",
     "start_metrics",
@@ -165,6 +159,14 @@ def withdrawn_clients(server: Any) -> dict[int, Any]:
     return getattr(server, "withdrawn", {})
 
 
+def own_recommendation(client: Any) -> np.ndarray | None:
+    """A client's own final answer, where the algorithm gives each client one (local and
+    personalized algorithms: ``client.recommend()``), else None (the server's answer is the
+    client's)."""
+    recommend = getattr(client, "recommend", None)
+    return None if recommend is None else recommend()
+
+
 def stopped_phases(server: Any) -> dict[int, int]:
     """The clients whose releases stopped, with the phase they stopped at: withdrawn clients
     (local DP) and clients the server left out of its releases (central DP, ``refused``)."""
@@ -209,13 +211,14 @@ def check_budgets_used(used: np.ndarray, expected: np.ndarray) -> None:
 
 def federated_record(
     seed: int,
-    family: ClientFamily,
+    family: ClientFamily | None,
     sums: RegretSums,
     recommendation: np.ndarray,
     wall: float,
     communication: dict[str, Any],
     privacy: dict[str, Any] | None = None,
     expected: np.ndarray | None = None,
+    clients: tuple[ClientOutcome, ...] | None = None,
 ) -> RunRecord:
     """The :class:`RunRecord` of a federated run from its flushed regret sums.
 
@@ -223,14 +226,15 @@ def federated_record(
     (:meth:`RegretSums.simple_curves`, on the same rounds): ``global_simple_regret`` and
     ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
     ``expected`` (per client, :func:`expected_use`): the pulls the sums should hold; where they
-    hold fewer, the record says so in ``regret_coverage``.
+    hold fewer, the record says so in ``regret_coverage``. ``family`` is None where the
+    objectives are the clients' own (no regret); ``clients``: what each client observed.
     """
     rounds = _regret.round_grid(sums.budget)
-    glob = family.global_objective
+    glob = None if family is None else family.global_objective
     cum, local = sums.curves(rounds)
     global_simple, local_simple = sums.simple_curves(rounds)
     simple = None
-    if glob.optimum_value is not None:
+    if glob is not None and glob.optimum_value is not None:
         value = float(glob(recommendation[None])[0])
         simple = _regret.simple_regret(float(glob.optimum_value), value)
     log.debug(
@@ -255,6 +259,7 @@ def federated_record(
         global_simple_regret=global_simple,
         local_simple_regret=local_simple,
         regret_coverage=None if expected is None else regret_coverage(sums, expected),
+        clients=clients,
     )
 
 
@@ -276,10 +281,11 @@ def start_metrics(
     run_id: str,
     transport: str,
     clients: int,
-    family: ClientFamily,
+    family: ClientFamily | None,
 ) -> None:
     """Tell ``metrics`` that run ``run_id`` of ``config`` starts, seen by a party that observes
     ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
+    global_known, local_known = regret_known(family)
     metrics.start_run(
         run_id=run_id,
         algorithm=config.algorithm.name,
@@ -287,8 +293,8 @@ def start_metrics(
         transport=transport,
         clients=clients,
         budget=config.run.budget,
-        regret_known=family.global_objective.optimum_value is not None,
-        local_regret_known=all(c.optimum_value is not None for c in family.clients),
+        regret_known=global_known,
+        local_regret_known=local_known,
     )
 
 
@@ -320,75 +326,6 @@ class EpsilonWatch:
         return self._epsilon
 
 
-def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
-    """The M client objectives and the global objective of ``config.federation`` for ``seed``.
-
-    The family, not ``base``, is the source of truth for the objectives of a run. With objective
-    ``"gp-grid"`` (spec-dpftsde §7.1) the GP function is drawn here from the run seed,
-    ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it), for every
-    heterogeneity: ``"gp-perturbed"`` and ``"gp-mixture"`` use
-    :func:`~fedxab.objectives.families.gp_sample_family` (``heterogeneity_scale`` = the
-    magnitude d, ``perturbation`` = "point"/"client", ``mixture_alpha`` = alpha, default 0.7);
-    ``"none"``, ``"offset"`` and ``"shift"`` start from that function (``GPGrid.for_seed``).
-    ``base`` itself (built without a seed) only fixes the domain and the GP's parameters.
-    """
-    from fedxab.objectives.families import gp_sample_family
-    from fedxab.objectives.gp import GPGrid
-
-    fed = config.federation
-    if fed is None:
-        raise ConfigError(
-            "algorithm.name", f"{config.algorithm.name!r} is not a federated algorithm"
-        )
-    if fed.heterogeneity in ("gp-perturbed", "gp-mixture"):
-        if not isinstance(base, GPGrid):
-            raise ConfigError(
-                "federation.heterogeneity",
-                f"{fed.heterogeneity!r} builds GP-sample clients on a grid and needs objective "
-                f"'gp-grid', got {base.name!r}; use 'offset', 'shift' or 'none'",
-            )
-        common = {
-            "lengthscale": base.lengthscale,
-            "grid_size": base.grid_size,
-            "sample_seed": base.sample_seed,
-        }
-        if fed.heterogeneity == "gp-mixture":
-            alpha = 0.7 if fed.mixture_alpha is None else fed.mixture_alpha
-            return gp_sample_family(fed.clients, seed, alpha=alpha, **common)
-        return gp_sample_family(
-            fed.clients,
-            seed,
-            magnitude=fed.heterogeneity_scale,
-            per=fed.perturbation,
-            **common,
-        )
-    if isinstance(base, GPGrid):
-        # the family is the source of truth: the GP function of run ``seed``
-        base = base.for_seed(seed)
-    if fed.heterogeneity == "offset":
-        scale = 1.0 if fed.heterogeneity_scale is None else fed.heterogeneity_scale
-        return value_offset_family(base, fed.clients, seed, scale)
-    if fed.heterogeneity == "shift":
-        return input_shift_family(base, fed.clients, seed, fed.heterogeneity_scale)
-    if fed.heterogeneity == "fields":
-        from fedxab.objectives.landmine import LandmineSVM, landmine_family
-
-        if not isinstance(base, LandmineSVM):
-            raise ConfigError(
-                "federation.heterogeneity",
-                f"'fields' gives each client its own landmine field and needs objective "
-                f"'landmine', got {base.name!r}; use 'offset', 'shift' or 'none'",
-            )
-        return landmine_family(
-            fed.clients,
-            fields="random" if fed.field_assignment == "random" else None,
-            seed=seed,
-            data_path=str(base.data.path),
-            log_scale=base.log_scale,
-        )
-    return ClientFamily(global_objective=base, clients=(base,) * fed.clients, kind="none")
-
-
 class Federation:
     """One federated run (one seed), built from a config: server, clients, objectives, noise.
 
@@ -410,6 +347,7 @@ class Federation:
         *,
         keep_points: bool = False,
         metrics: FederationMetrics | None = None,
+        functions: Functions | None = None,
     ) -> None:
         if config.federation is None:
             raise ConfigError(
@@ -422,12 +360,11 @@ class Federation:
         self.metrics = metrics
         self.n_clients = config.federation.clients
         self.budget = config.run.budget
-        self.objective = make_objective(config.objective.name, **dict(config.objective.params))
-        self.noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
-        self.family = make_family(self.objective, config, seed)
+        self.noise = make_noise_model(config)
+        self.family = client_family(config, seed, functions=functions)
         self.server, self.clients = make_federation(
             config.algorithm.name,
-            self.objective.domain,
+            config.domain,
             n_clients=self.n_clients,
             budget=self.budget,
             seed=seed,
@@ -447,8 +384,7 @@ class Federation:
                     client.gate = gate
         self.phases: list[PhaseCommunication] = []
         glob = self.family.global_objective
-        self.f_star = glob.optimum_value
-        shared = GlobalValues(glob)
+        shared = None if glob is None else GlobalValues(glob)
         self.evaluators = [
             ClientEvaluator(
                 m,
@@ -458,14 +394,13 @@ class Federation:
                 budget=self.budget,
                 global_values=shared,
                 keep_points=keep_points,
+                direction=config.objective.direction,
             )
             for m in range(self.n_clients)
         ]
+        global_known, local_known = regret_known(self.family)
         self.sums = RegretSums(
-            self.n_clients,
-            self.budget,
-            global_known=self.f_star is not None,
-            local_known=all(c.optimum_value is not None for c in self.family.clients),
+            self.n_clients, self.budget, global_known=global_known, local_known=local_known
         )
         self.recommendation: np.ndarray | None = None
 
@@ -607,6 +542,10 @@ class Federation:
             wall,
             self.communication(),
             self.privacy_block(),
+            clients=tuple(
+                e.observed.outcome(own_recommendation(client))
+                for e, client in zip(self.evaluators, self.clients, strict=True)
+            ),
         )
 
     def _observe_regret(
@@ -659,9 +598,11 @@ def run_federated(
     progress: ProgressCallback | None = None,
     *,
     metrics: FederationMetrics | None = None,
+    functions: Functions | None = None,
 ) -> RunRecord:
-    """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`)."""
-    return Federation(config, seed, metrics=metrics).run(progress)
+    """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`);
+    ``functions``: the clients' own objectives, in place of the config's."""
+    return Federation(config, seed, metrics=metrics, functions=functions).run(progress)
 
 
 def run_federated_config(
@@ -670,6 +611,7 @@ def run_federated_config(
     *,
     on_run_start: RunStartCallback | None = None,
     metrics: FederationMetrics | None = None,
+    functions: Functions | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results.
 
@@ -677,7 +619,7 @@ def run_federated_config(
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
     """
     runs = [
-        run_federated(config, seed, progress, metrics=metrics)
+        run_federated(config, seed, progress, metrics=metrics, functions=functions)
         for seed in announce_seeds(config, on_run_start)
     ]
     return collect_results(config, runs)

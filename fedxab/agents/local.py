@@ -16,8 +16,6 @@ noise as this runner for the same seed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -28,10 +26,10 @@ import numpy as np
 from fedxab import regret as _regret
 from fedxab.algorithms.registry import make_optimizer
 from fedxab.config import Config
-from fedxab.objectives.base import Objective
-from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord, RunResults, summarize_communication, summarize_privacy
+from fedxab.run.assembly import client_family, make_noise_model
+from fedxab.run.outcome import ObservedBest
 from fedxab.seeding import stream
 
 __all__ = [
@@ -40,7 +38,6 @@ __all__ = [
     "objective_info",
     "report_progress",
     "run_config",
-    "run_id_for",
     "run_single",
 ]
 
@@ -74,15 +71,21 @@ def report_progress(
         progress(done, total, cum)
 
 
-def run_id_for(config: Config, seed: int) -> str:
-    """``{algorithm}-{hash of the experiment}-s{seed}``: the same for every party of a run."""
-    canonical = json.dumps(config.experiment_dict(), sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-    return f"{config.algorithm.name}-{digest}-s{seed}"
-
-
-def objective_info(objective: Objective) -> dict[str, Any]:
-    """The ``objective`` block of the results file."""
+def objective_info(config: Config) -> dict[str, Any]:
+    """The ``objective`` block of the results file: the built-in objective (built once to
+    describe it), or a user's own, described by its config alone (never imported here)."""
+    spec = config.objective
+    if spec.is_user:
+        return {
+            "name": spec.name,
+            "function": spec.function,
+            "direction": spec.direction,
+            "dim": int(config.domain.shape[0]),
+            "domain": config.domain.tolist(),
+            "optimum_value": None,
+            "maximizer": None,
+        }
+    objective = make_objective(spec.name, **dict(spec.params))
     return {
         "name": objective.name,
         "dim": int(objective.dim),
@@ -95,11 +98,14 @@ def objective_info(objective: Objective) -> dict[str, Any]:
 def run_single(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:
     """Run the configured optimizer once with ``seed`` for ``config.run.budget`` rounds."""
     budget = config.run.budget
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
-    noise = make_noise(config.objective.noise.name, **dict(config.objective.noise.params))
+    if config.objective.is_user:
+        objective = client_family(config, seed).clients[0]
+    else:
+        objective = make_objective(config.objective.name, **dict(config.objective.params))
+    noise = make_noise_model(config)
     opt = make_optimizer(
         config.algorithm.name,
-        objective.domain,
+        config.domain,
         seed=seed,
         budget=budget,
         params=config.algorithm_params(),
@@ -111,6 +117,8 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
         log.warning("%s: optimum unknown, regret will not be recorded", objective.name)
 
     values = np.empty(budget, dtype=np.float64)  # noise-free f(x_t)
+    points = np.empty((budget, config.domain.shape[0]))  # x_t
+    observed = np.empty(budget, dtype=np.float64)  # y_t
     every = max(1, budget // _PROGRESS_UPDATES)
     next_report = every if progress is not None else budget + 1
     running = 0.0  # cumulative regret up to round `counted`, for the progress callback only
@@ -124,7 +132,9 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
         fx = objective(x[None])
         f = float(fx[0])
         values[t] = f
-        tell(x, f + float(sample(fx, rng)[0]))
+        y = f + float(sample(fx, rng)[0])
+        points[t], observed[t] = x, y
+        tell(x, y)
         if t + 1 == next_report:
             running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
             counted = t + 1
@@ -141,6 +151,8 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
     else:
         cum, simple = None, None
     log.debug("seed %d: %d evaluations in %.3f s", seed, budget, wall)
+    seen = ObservedBest(0, budget, config.objective.direction)
+    seen.add(points, observed)
     return RunRecord(
         seed=seed,
         rounds=rounds,
@@ -149,6 +161,7 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
         simple_regret=simple,
         evaluations=budget,
         wall_time_s=wall,
+        clients=(seen.outcome(),),
     )
 
 
@@ -175,11 +188,10 @@ def announce_seeds(config: Config, on_run_start: RunStartCallback | None) -> Ite
 def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
     """The results of a job's runs: the experiment's config, the objective, the runs and (for
     federated runs) the mean communication."""
-    objective = make_objective(config.objective.name, **dict(config.objective.params))
     return RunResults(
         config=config.experiment_dict(),
         algorithm=config.algorithm.name,
-        objective=objective_info(objective),
+        objective=objective_info(config),
         runs=tuple(runs),
         communication=summarize_communication(runs),
         privacy=summarize_privacy(runs),

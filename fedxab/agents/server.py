@@ -43,7 +43,7 @@ import math
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,6 @@ from fedxab.agents.federation import (
     communication_block,
     expected_use,
     federated_record,
-    make_family,
     observe_privacy,
     phase_communication,
     regret_coverage,
@@ -65,17 +64,20 @@ from fedxab.agents.federation import (
     stopped_phases,
     withdrawn_clients,
 )
+from fedxab.agents.lobby import refuse_strangers
 from fedxab.agents.local import report_progress, wants_details
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import PRIVATE, decode_report, make_federation
-from fedxab.broker.base import Broker, Record, run_topics
+from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
 from fedxab.broker.codec import SERVER, Envelope, packb, unpackb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.objectives.registry import make_objective
 from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
+from fedxab.run.assembly import regret_known, server_family
+from fedxab.run.identity import protocol_of
+from fedxab.run.outcome import ClientOutcome
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -119,6 +121,7 @@ class ServerAgent:
         checkpoint: str | Path | None = None,
         progress: ProgressCallback | None = None,
         metrics: FederationMetrics | None = None,
+        known_runs: Collection[str] = (),
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
@@ -128,6 +131,10 @@ class ServerAgent:
         self.broker = broker
         self.run_id = run_id
         self.topics = run_topics(namespace, run_id)
+        self.lobby = lobby_topic(namespace)
+        self.protocol = protocol_of(config, seed)
+        self.known_runs = frozenset({run_id, *known_runs})
+        """The runs of this server's job: a client's hello for one of them is not refused."""
         self.group = f"{namespace}.{run_id}.server"
         """The server's consumer group on the report topic (one per run)."""
         self.settings = config.agents
@@ -137,11 +144,10 @@ class ServerAgent:
         self.signer = signer_for(config)  # None unless [security] sign = true
         self.budget = config.run.budget
         self.algorithm = config.algorithm.name
-        objective = make_objective(config.objective.name, **dict(config.objective.params))
-        self.family = make_family(objective, config, seed)
+        self.family = server_family(config, seed)  # None: the clients' own objectives
         self.server, _ = make_federation(
             self.algorithm,
-            objective.domain,
+            config.domain,
             n_clients=self.n_clients,
             budget=self.budget,
             seed=seed,
@@ -156,12 +162,12 @@ class ServerAgent:
             )
             for m in range(self.n_clients):
                 self.server.gates[m] = self.run_ledger.gate(m)
+        global_known, local_known = regret_known(self.family)
         self.sums = RegretSums(
-            self.n_clients,
-            self.budget,
-            global_known=self.family.global_objective.optimum_value is not None,
-            local_known=all(c.optimum_value is not None for c in self.family.clients),
+            self.n_clients, self.budget, global_known=global_known, local_known=local_known
         )
+        self.outcomes: dict[int, ClientOutcome] = {}
+        """What each client observed (sent with its last telemetry), by client id."""
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.counts: Counter[str] = Counter()
         self.rejected: Counter[tuple[str, str]] = Counter()
@@ -285,7 +291,9 @@ class ServerAgent:
 
     def on_control(self, record: Record) -> None:
         """Join, leave, heartbeat and telemetry messages (idempotent)."""
-        env = self._envelope(record, ("join", "leave", "heartbeat", "telemetry"), "control")
+        env = self._envelope(
+            record, ("join", "leave", "heartbeat", "telemetry", "outcome"), "control"
+        )
         if env is None:
             return
         m = env.client_id
@@ -306,6 +314,15 @@ class ServerAgent:
                 if self.sums.add(telemetry):
                     self._observe_telemetry(telemetry)
             self._wakeup.set()
+        elif env.kind == "outcome":
+            try:
+                outcome = ClientOutcome.from_dict(env.body())
+                if outcome.client != m:
+                    raise ProtocolError(f"outcome of client {outcome.client} sent by client {m}")
+            except (ProtocolError, TypeError, ValueError) as exc:
+                self._reject("invalid", "bad_payload", f"outcome of client {m}: {exc}", "control")
+                return
+            self.outcomes[m] = outcome
         self._count(f"control_{env.kind}")
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
@@ -599,7 +616,7 @@ class ServerAgent:
         return record
 
     async def _run(self) -> RunRecord:
-        await self.broker.create_topics(list(self.topics.values()))
+        await self.broker.create_topics([*self.topics.values(), self.lobby])
         t0 = time.perf_counter()
         await self._check_fresh_or_resuming()
         reports = self.broker.subscribe(self.topics["report"], self.group)
@@ -613,6 +630,11 @@ class ServerAgent:
             consumers = [
                 asyncio.create_task(consume(reports, self.on_report)),
                 asyncio.create_task(consume(control, self.on_control)),
+                asyncio.create_task(
+                    refuse_strangers(
+                        self.broker, self.lobby, self.protocol, self.known_runs, self.signer
+                    )
+                ),
             ]
             try:
                 await self._drive(reports)
@@ -703,4 +725,5 @@ class ServerAgent:
             communication_block(self.n_clients, phases),
             privacy,
             expected_use(self.n_clients, self.budget, withdrawn_clients(self.server)),
+            clients=tuple(self.outcomes[m] for m in sorted(self.outcomes)),
         )

@@ -58,18 +58,28 @@ leave, heartbeat, telemetry, abort; ledger: privacy events."""
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
+def _check_name_part(field: str, value: str) -> None:
+    if not isinstance(value, str) or not _NAME_PART.fullmatch(value):
+        raise ConfigError(
+            field,
+            f"must be 1 to 100 letters, digits, '_' or '-' (it names Kafka topics), got {value!r}",
+        )
+
+
 def topic_name(namespace: str, run_id: str, kind: str) -> str:
     """``{namespace}.{run_id}.{kind}``; each part letters, digits, ``_`` or ``-`` (Kafka-legal)."""
-    for field, value in (("broker.namespace", namespace), ("run_id", run_id)):
-        if not isinstance(value, str) or not _NAME_PART.fullmatch(value):
-            raise ConfigError(
-                field,
-                f"must be 1 to 100 letters, digits, '_' or '-' (it names Kafka topics), "
-                f"got {value!r}",
-            )
+    _check_name_part("broker.namespace", namespace)
+    _check_name_part("run_id", run_id)
     if kind not in TOPIC_KINDS:
         raise ConfigError("topic kind", f"must be one of {', '.join(TOPIC_KINDS)}, got {kind!r}")
     return f"{namespace}.{run_id}.{kind}"
+
+
+def lobby_topic(namespace: str) -> str:
+    """``{namespace}.lobby``: where the parties of a namespace's runs check, before they meet on
+    their run's topics, that they share the run protocol (:mod:`fedxab.agents.lobby`)."""
+    _check_name_part("broker.namespace", namespace)
+    return f"{namespace}.lobby"
 
 
 def run_topics(namespace: str, run_id: str) -> dict[str, str]:

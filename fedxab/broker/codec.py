@@ -208,6 +208,9 @@ ENVELOPE_KINDS = (
     "telemetry",  # client -> server (control): simulation-only regret terms, see agents
     "abort",  # server -> clients (control): the run is stopped
     "ledger",  # either way (ledger topic): a privacy event
+    "outcome",  # client -> server (control): what the client observed of its objective
+    "hello",  # client -> server (lobby): the run protocol the client will take part in
+    "refuse",  # server -> client (lobby): the client's protocol is not the server's
 )
 
 SERVER = "server"

@@ -216,10 +216,13 @@ class AverageObjective(Objective):
 
 @dataclass(frozen=True)
 class ClientFamily:
-    """A global objective, the M client objectives, and the construction (``kind``)."""
+    """A global objective, the M client objectives, and the construction (``kind``).
 
-    global_objective: Objective
-    clients: tuple[Objective, ...]
+    A user family (``kind = "user"``, :func:`fedxab.run.assembly.client_family`) has no global
+    objective, and holds None for the clients another process hosts."""
+
+    global_objective: Objective | None
+    clients: tuple[Objective | None, ...]
     kind: str
 
     @property

@@ -56,7 +56,6 @@ import pytest
 from cli_procs import FEDXAB, get, log_line, scrape, start_cli, until, wait_ok, without_time
 
 from fedxab.agents.federation import Federation
-from fedxab.agents.local import run_id_for
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpackb
@@ -66,6 +65,7 @@ from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import GaussianMechanism
 from fedxab.privacy.mirror import read_to_end, rebuild_ledger
+from fedxab.run.identity import run_id_for
 from fedxab.security.agents import signer_for
 from fedxab.security.keys import SecretKey, load_key
 from fedxab.security.signing import SIG_BYTES, SignedEnvelope, seal

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedxab.agents.federation import Federation, make_family
+from fedxab.agents.federation import Federation
 from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError, ObjectiveError
 from fedxab.objectives import GPGrid, GridObjective, gp_sample_family, make_objective
@@ -18,6 +18,7 @@ from fedxab.objectives.gp import (
     se_kernel,
     unit_grid,
 )
+from fedxab.run.assembly import make_family
 from fedxab.seeding import stream
 
 G = 1000

@@ -1,0 +1,85 @@
+"""A run's identity: the protocol all its parties must share, and the run id derived from it.
+
+The protocol of a run is what the server and every client must agree on for the run to mean
+anything (the algorithm and its parameters, including the privacy release settings such as
+DP-Fed-PNE's ``epsilon`` or DP-FTS-DE's ``z``, ``q``, ``clip``; the domain; the budget T; the
+number of clients M; the seed). Nothing local to one party belongs to it: not the objective (a
+client's private black box), not the noise model or the heterogeneity of a simulation, not the
+output directory, the ledger path, the accountant, a budget, the agent timings, the broker, the
+keys or the metrics. So a server started with its own ``--output`` or ``[agents]`` timings meets
+its clients, and a client may bring its own objective.
+
+The run id is ``{algorithm}-{12 hex digits of the protocol's SHA-256}-s{seed}``: it names the
+run's topics, so parties that agree on the protocol meet without talking. Parties that do not
+agree cannot meet on those topics; :mod:`fedxab.agents.lobby` tells them so, naming the fields
+(:func:`protocol_differences`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from fedxab.errors import FedxabError
+
+if TYPE_CHECKING:
+    from fedxab.config import Config
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "ProtocolMismatchError",
+    "protocol_differences",
+    "protocol_of",
+    "run_id_for",
+]
+
+PROTOCOL_VERSION = 1
+"""Version of the protocol dict itself: parties of different versions never share a run."""
+
+
+class ProtocolMismatchError(FedxabError, RuntimeError):
+    """A client and the server of one job do not share the run protocol (a different budget,
+    seed, algorithm parameter, ...); the message names every differing field."""
+
+
+def protocol_of(config: Config, seed: int) -> dict[str, Any]:
+    """The protocol of run ``seed`` of ``config``: plain data, the same for every party."""
+    protocol: dict[str, Any] = {
+        "version": PROTOCOL_VERSION,
+        "algorithm": config.algorithm.to_dict(),
+        "domain": [[float(lo), float(hi)] for lo, hi in config.domain],
+        "budget": config.run.budget,
+        "seed": seed,
+    }
+    if config.federation is not None:
+        protocol["clients"] = config.federation.clients
+    return protocol
+
+
+def run_id_for(config: Config, seed: int) -> str:
+    """``{algorithm}-{hash of the protocol}-s{seed}``: the same for every party of a run."""
+    canonical = json.dumps(protocol_of(config, seed), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+    return f"{config.algorithm.name}-{digest}-s{seed}"
+
+
+def protocol_differences(
+    expected: Mapping[str, Any], got: Mapping[str, Any], *, prefix: str = ""
+) -> list[str]:
+    """Every field where ``got`` differs from ``expected``, as ``"field: expected X, got Y"``
+    lines (nested tables by dotted name, e.g. ``algorithm.rho``)."""
+    lines = []
+    for key in sorted(set(expected) | set(got)):
+        name = f"{prefix}{key}"
+        a, b = expected.get(key), got.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            lines += protocol_differences(a, b, prefix=f"{name}.")
+        elif a != b:
+            lines.append(f"{name}: expected {_show(a)}, got {_show(b)}")
+    return lines
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is None else json.dumps(value)

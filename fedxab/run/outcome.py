@@ -1,0 +1,144 @@
+"""What a client observed of its own objective: the deployment results, no optimum needed.
+
+A real client's objective is private and its optimum unknown, so regret cannot be measured;
+what it can report is what it saw. :class:`ObservedBest` follows one client's rewards as they
+are observed (noisy, as the algorithm got them) and gives, at the end, its
+:class:`ClientOutcome`: the best observed value and the point where it was observed, and the
+best-so-far curve at :data:`OUTCOME_POINTS` rounds, all in the user's direction (a minimised
+objective's values are turned back from the maximised ones fedxab works with).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedxab.regret import round_grid
+
+__all__ = ["OUTCOME_POINTS", "ClientOutcome", "ObservedBest"]
+
+OUTCOME_POINTS = 50
+"""Rounds at which a client's best-so-far curve is kept (``round_grid(T, 50)``)."""
+
+
+def _floats(value: Any, name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name!r} must be a list of numbers")
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClientOutcome:
+    """One client's view of one run, in the user's direction.
+
+    ``best_value`` is the best reward the client observed (None before any evaluation) and
+    ``best_point`` where; ``best_so_far[k]`` the best observed up to round ``rounds[k]`` (NaN
+    before its first evaluation); ``recommendation`` the client's own final answer where the
+    algorithm gives each client one (personalized and local algorithms), else None.
+    """
+
+    client: int
+    evaluations: int
+    best_value: float | None
+    best_point: np.ndarray | None
+    rounds: np.ndarray
+    best_so_far: np.ndarray
+    recommendation: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON and msgpack ready; NaN as None)."""
+        return {
+            "client": self.client,
+            "evaluations": self.evaluations,
+            "best_value": self.best_value,
+            "best_point": None if self.best_point is None else self.best_point.tolist(),
+            "rounds": self.rounds.tolist(),
+            "best_so_far": [None if math.isnan(v) else float(v) for v in self.best_so_far],
+            "recommendation": (
+                None if self.recommendation is None else self.recommendation.tolist()
+            ),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ClientOutcome:
+        """The inverse of :meth:`to_dict`; a ValueError names any bad field."""
+        keys = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, Mapping) or set(data) != keys:
+            raise ValueError(f"a client outcome must be a map with the fields {sorted(keys)}")
+        client, evaluations = data["client"], data["evaluations"]
+        for name, value in (("client", client), ("evaluations", evaluations)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name!r} must be an integer >= 0, got {value!r}")
+        rounds = np.asarray(data["rounds"], dtype=np.int64)
+        curve = np.asarray(
+            [np.nan if v is None else v for v in data["best_so_far"]], dtype=np.float64
+        )
+        if rounds.ndim != 1 or curve.shape != rounds.shape:
+            raise ValueError("'best_so_far' must hold one value per round of 'rounds'")
+        best = data["best_value"]
+        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
+            raise ValueError(f"'best_value' must be a number or null, got {best!r}")
+        point, rec = data["best_point"], data["recommendation"]
+        return cls(
+            client=client,
+            evaluations=evaluations,
+            best_value=None if best is None else float(best),
+            best_point=None if point is None else _floats(point, "best_point"),
+            rounds=rounds,
+            best_so_far=curve,
+            recommendation=None if rec is None else _floats(rec, "recommendation"),
+        )
+
+
+class ObservedBest:
+    """Client ``client``'s best observed reward so far, fed batch by batch in pull order.
+
+    Works on the maximised rewards; :meth:`outcome` turns them into the user's ``direction``.
+    Memory O(:data:`OUTCOME_POINTS`), whatever the budget T.
+    """
+
+    def __init__(self, client: int, budget: int, direction: str = "maximize") -> None:
+        self.client = client
+        self.sign = -1.0 if direction == "minimize" else 1.0
+        self.rounds = round_grid(budget, OUTCOME_POINTS)
+        self._curve = np.full(self.rounds.size, -np.inf)
+        self._best = -np.inf
+        self._point: np.ndarray | None = None
+        self.used = 0
+
+    def add(self, X: np.ndarray, rewards: np.ndarray) -> None:
+        """The batch ``X`` was evaluated with (maximised, observed) ``rewards``, in order."""
+        n = rewards.shape[0]
+        if n == 0:
+            return
+        start = self.used
+        running = np.maximum(np.maximum.accumulate(rewards), self._best)
+        i = int(np.argmax(rewards))
+        if rewards[i] > self._best:
+            self._best, self._point = float(rewards[i]), np.array(X[i], dtype=np.float64)
+        lo = int(np.searchsorted(self.rounds, start + 1))
+        hi = int(np.searchsorted(self.rounds, start + n, side="right"))
+        self._curve[lo:hi] = running[self.rounds[lo:hi] - start - 1]
+        self.used += n
+
+    def outcome(self, recommendation: np.ndarray | None = None) -> ClientOutcome:
+        """The client's outcome so far, in the user's direction."""
+        curve = np.where(np.isfinite(self._curve), self.sign * self._curve, np.nan)
+        return ClientOutcome(
+            client=self.client,
+            evaluations=self.used,
+            best_value=None if self._point is None else self.sign * self._best,
+            best_point=None if self._point is None else self._point.copy(),
+            rounds=self.rounds.copy(),
+            best_so_far=curve,
+            recommendation=(
+                None
+                if recommendation is None
+                else np.asarray(recommendation, dtype=np.float64).reshape(-1).copy()
+            ),
+        )

@@ -1,0 +1,54 @@
+"""What a client observed (fedxab.run.outcome): best value, where, best-so-far curve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedxab.regret import round_grid
+from fedxab.run.outcome import OUTCOME_POINTS, ClientOutcome, ObservedBest
+
+
+def _feed(tracker: ObservedBest, X: np.ndarray, y: np.ndarray, batches: list[int]) -> None:
+    start = 0
+    for n in batches:
+        tracker.add(X[start : start + n], y[start : start + n])
+        start += n
+
+
+@pytest.mark.parametrize("batches", [[1000], [1] * 1000, [7, 993], [500, 0, 250, 250]])
+def test_the_curve_is_the_running_maximum_at_the_grid_whatever_the_batches(batches):
+    rng = np.random.default_rng(3)
+    X, y = rng.random((1000, 2)), rng.normal(size=1000)
+    tracker = ObservedBest(4, 1000)
+    _feed(tracker, X, y, batches)
+    out = tracker.outcome()
+    grid = round_grid(1000, OUTCOME_POINTS)
+    np.testing.assert_array_equal(out.rounds, grid)
+    np.testing.assert_array_equal(out.best_so_far, np.maximum.accumulate(y)[grid - 1])
+    i = int(np.argmax(y))
+    assert (out.client, out.evaluations, out.best_value) == (4, 1000, y[i])
+    np.testing.assert_array_equal(out.best_point, X[i])
+
+
+def test_minimise_reports_the_users_values_and_nan_before_the_first_pull():
+    tracker = ObservedBest(0, 10, "minimize")  # grid: every round
+    costs = np.array([5.0, 3.0, 4.0, 1.0])
+    tracker.add(np.arange(4.0)[:, None], -costs)  # fedxab maximises -cost
+    out = tracker.outcome()
+    assert out.best_value == 1.0 and out.best_point.tolist() == [3.0]
+    assert out.best_so_far[:4].tolist() == [5.0, 3.0, 3.0, 1.0]
+    assert np.isnan(out.best_so_far[4:]).all()  # rounds not reached yet
+
+
+def test_an_outcome_survives_its_plain_form_and_bad_fields_are_named():
+    tracker = ObservedBest(2, 10)
+    tracker.add(np.array([[0.5], [0.25]]), np.array([1.0, 2.0]))
+    out = tracker.outcome(recommendation=np.array([0.3]))
+    back = ClientOutcome.from_dict(out.to_dict())
+    assert back.to_dict() == out.to_dict()
+    bad = {**out.to_dict(), "evaluations": -1}
+    with pytest.raises(ValueError, match="'evaluations' must be an integer >= 0"):
+        ClientOutcome.from_dict(bad)
+    with pytest.raises(ValueError, match="one value per round"):
+        ClientOutcome.from_dict({**out.to_dict(), "best_so_far": [1.0]})

@@ -1,0 +1,61 @@
+"""The run identity (fedxab.run.identity): what all parties share, and nothing local."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedxab.config import config_from_dict, default_config
+from fedxab.run.identity import protocol_differences, protocol_of, run_id_for
+
+
+def _with(section: str, **values) -> dict:
+    data = default_config().to_dict()
+    data[section] = {**data.get(section, {}), **values}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("section", "values"),
+    [
+        ("run", {"output": "elsewhere"}),
+        ("run", {"repeats": 7}),
+        ("agents", {"heartbeat_s": 1.0, "rebroadcast_s": 3.0, "telemetry_timeout_s": 5.0}),
+        ("broker", {"url": "kafka://127.0.0.1:1", "namespace": "site-a"}),
+        ("security", {"keys_dir": "keys/", "sign": True}),
+        ("objective", {"noise": "none"}),
+        ("federation", {"heterogeneity": "shift"}),
+    ],
+)
+def test_local_settings_leave_the_run_id_alone(section, values):
+    base = default_config()
+    other = config_from_dict(_with(section, **values))
+    assert run_id_for(other, 0) == run_id_for(base, 0)
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "field"),
+    [
+        ("run", {"budget": 2000}, "budget: expected 10000, got 2000"),
+        ("algorithm", {"rho": 0.7}, "algorithm.rho: expected 0.5, got 0.7"),
+        ("federation", {"clients": 11}, "clients: expected 10, got 11"),
+        ("objective", {"name": "himmelblau"}, "domain: expected"),
+    ],
+)
+def test_a_protocol_field_changes_the_run_id_and_is_named(section, values, field):
+    base = default_config()
+    other = config_from_dict(_with(section, **values))
+    assert run_id_for(other, 0) != run_id_for(base, 0)
+    differences = protocol_differences(protocol_of(base, 0), protocol_of(other, 0))
+    assert len(differences) == 1 and differences[0].startswith(field)
+
+
+def test_the_seed_is_part_of_the_protocol():
+    config = default_config()
+    assert protocol_differences(protocol_of(config, 0), protocol_of(config, 3)) == [
+        "seed: expected 0, got 3"
+    ]
+    assert run_id_for(config, 3).endswith("-s3")
+
+
+def test_a_missing_field_is_named_as_absent():
+    assert protocol_differences({"a": {"b": 1}}, {"a": {}}) == ["a.b: expected 1, got (absent)"]
