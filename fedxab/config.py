@@ -447,7 +447,7 @@ class FederationConfig(Section):
 
     With objective ``"gp-grid"`` the GP function of run ``seed`` is drawn by the family from
     ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it), whatever
-    the heterogeneity (:func:`fedxab.agents.federation.make_family`).
+    the heterogeneity (:func:`fedxab.run.assembly.make_family`).
     """
 
     SECTION: ClassVar[str] = "federation"

@@ -4,8 +4,8 @@ A server state machine is deterministic: built from the same config and seed, an
 reports phase after phase, it makes the same decisions. So the checkpoint does not serialise the
 state machine; it records, per closed phase, which reports were aggregated (the payload bytes
 exactly as received) and the phase's communication counts. A restarted server rebuilds its state
-by replaying them (:meth:`ServerCheckpoint.replay`) and continues with the open phase, so no phase
-is lost or repeated, even where a phase was closed on a quorum after a deadline.
+by replaying them (:meth:`fedxab.run.session.ServerSession.restore`) and continues with the open
+phase, so no phase is lost or repeated, even where a phase was closed on a quorum after a deadline.
 
 The file is msgpack (no pickle), written atomically (temporary file, fsync, rename): a crash
 mid-write leaves the previous checkpoint intact. It names its run; resuming another run's
@@ -16,12 +16,11 @@ checkpoint is refused. A signing run's checkpoint also keeps the server's sessio
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fedxab.broker.codec import packb, unpackb
 from fedxab.errors import FedxabError, ProtocolError
+from fedxab.run.session import ClosedPhase
 
 __all__ = ["CheckpointError", "ClosedPhase", "ServerCheckpoint"]
 
@@ -30,15 +29,6 @@ _SCHEMA = "fedxab.checkpoint/1"
 
 class CheckpointError(FedxabError, RuntimeError):
     """A checkpoint file is unreadable, corrupted, or belongs to another run."""
-
-
-@dataclass(frozen=True)
-class ClosedPhase:
-    """One closed phase: the accepted reports' payloads by client, and the phase's counts."""
-
-    phase: int
-    reports: dict[int, bytes]
-    counts: dict[str, Any] = field(default_factory=dict)
 
 
 class ServerCheckpoint:

@@ -42,31 +42,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.evaluation import (
-    TELEMETRY_PULLS,
-    ClientEvaluator,
-    GlobalValues,
-    Telemetry,
-    telemetry_batches,
-)
-from fedxab.agents.federation import (
-    ledger_epsilons,
-    own_recommendation,
-    phase_communication,
-    start_metrics,
-)
 from fedxab.agents.lobby import announce_and_watch
 from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import PRIVATE, decode_broadcast, make_federation
+from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.mirror import budget_record, end_record, release_record
-from fedxab.privacy.run_ledger import RunLedger
-from fedxab.run.assembly import Functions, client_family, make_noise_model, regret_known
+from fedxab.run.accounting import phase_communication
+from fedxab.run.assembly import Functions, build_run, regret_known
+from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
 from fedxab.run.identity import protocol_of
+from fedxab.run.observe import ledger_epsilons, start_metrics
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -112,45 +100,21 @@ class ClientAgent:
         self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
         self.algorithm = config.algorithm.name
-        noise = make_noise_model(config)
-        family = self.family = client_family(config, seed, client_ids, functions)
-        _, clients = make_federation(
-            self.algorithm,
-            config.domain,
-            n_clients=fed.clients,
-            budget=config.run.budget,
-            seed=seed,
-            params=config.algorithm_params(),
-            client_ids=client_ids,
+        parts = build_run(
+            config, seed, run_id=run_id, server=False, client_ids=client_ids, functions=functions
         )
-        self.clients = dict(zip(client_ids, clients, strict=True))
+        assert parts.clients is not None
+        self.hosted = parts.clients
+        """The hosted clients' session (:class:`~fedxab.run.session.ClientSession`)."""
+        self.clients = self.hosted.clients
+        self.evaluators = self.hosted.evaluators
+        self.family = parts.family
+        self.run_ledger = parts.run_ledger  # local DP: each client releases
+        self.gates = parts.gates
         self.signer = signer_for(config, client_ids)  # None unless the run signs
         self.session = ""
         """The session of the last valid broadcast: the clients' replies are signed in it."""
-        self.run_ledger: RunLedger | None = None
-        self.gates: dict[int, LedgerGate] = {}
-        if config.privacy is not None and PRIVATE[self.algorithm] == "client":
-            self.run_ledger = RunLedger.from_config(
-                config.privacy, config.algorithm_params(), run_id, fed.clients
-            )
-            for m, client in self.clients.items():
-                client.gate = self.gates[m] = self.run_ledger.gate(m)
-        glob = family.global_objective
-        shared = None if glob is None else GlobalValues(glob)
-        self.evaluators = {
-            m: ClientEvaluator(
-                m,
-                family,
-                noise,
-                seed=seed,
-                budget=config.run.budget,
-                global_values=shared,
-                direction=config.objective.direction,
-            )
-            for m in client_ids
-        }
         self.telemetry_interval_s = config.agents.telemetry_interval_s
-        self._last_telemetry: dict[int, Telemetry] = {}
         self._unsent: dict[int, list[Telemetry]] = {}
         self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
@@ -227,22 +191,17 @@ class ClientAgent:
         the pulls waits in :attr:`_unsent` for the next flush."""
         phase = int(broadcast.phase)
         out = []
-        for m, client in self.clients.items():
+        for m in self.clients:
             try:
-                report = client.answer(broadcast, self.evaluators[m])
+                report, telemetry, fresh = self.hosted.answer(m, broadcast)
             except (ProtocolError, FedxabError) as exc:
                 self.counts["broadcast_rejected"] += 1
                 log.warning("run %s: client %d rejects phase %d: %s", self.run_id, m, phase, exc)
                 continue
             if report is None:  # the client withdrew earlier: nothing to send
                 continue
-            telemetry = self.evaluators[m].take(phase)
-            last = self._last_telemetry.get(m)
-            if telemetry.count == 0 and last is not None and last.phase == phase:
-                telemetry = last  # a redelivered broadcast: send the same telemetry again
-            elif self.metrics is not None and not self.metrics_privacy_only:
+            if fresh and self.metrics is not None and not self.metrics_privacy_only:
                 self._observe_telemetry(telemetry)
-            self._last_telemetry[m] = telemetry
             unsent = self._unsent.setdefault(m, [])
             if not unsent or unsent[-1] is not telemetry:  # once per flush, however many copies
                 unsent.append(telemetry)
@@ -279,7 +238,7 @@ class ClientAgent:
         )
 
     def _withdrawn(self, m: int) -> bool:
-        return getattr(self.clients[m], "withdrawal", None) is not None
+        return self.hosted.withdrawn(m)
 
     def _active(self) -> int:
         return sum(not self._withdrawn(m) for m in self.clients)
@@ -346,9 +305,8 @@ class ClientAgent:
     async def _send_outcomes(self, finished: Finished) -> None:
         """Each hosted client's outcome (what it observed of its own objective, and its own
         recommendation where it has one) to the server, for the run's results."""
-        for m, client in self.clients.items():
-            outcome = self.evaluators[m].observed.outcome(own_recommendation(client))
-            body = packb(outcome.to_dict())
+        for m in self.clients:
+            body = packb(self.hosted.outcome(m).to_dict())
             envelope = self._envelope("outcome", m, int(finished.phase), "outcome", body)
             await self.broker.publish(self.topics["control"], str(m), envelope)
 

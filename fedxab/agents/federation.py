@@ -45,13 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab import regret as _regret
-from fedxab.agents.evaluation import (
-    BudgetExceededError,
-    ClientEvaluator,
-    GlobalValues,
-    RegretSums,
-)
 from fedxab.agents.local import (
     ProgressCallback,
     RunStartCallback,
@@ -60,30 +53,25 @@ from fedxab.agents.local import (
     report_progress,
     wants_details,
 )
-from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import PRIVATE, make_federation
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
-from fedxab.errors import ConfigError, FedxabError
-from fedxab.objectives.families import ClientFamily
-from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord, RunResults
-from fedxab.run.assembly import Functions, client_family, make_noise_model, regret_known
+from fedxab.run.accounting import (
+    FederationError,
+    PhaseCommunication,
+    check_budgets_used,
+    communication_block,
+    stopped_phases,
+)
+from fedxab.run.assembly import Functions, build_run
+from fedxab.run.evaluation import BudgetExceededError
 from fedxab.run.identity import run_id_for
-from fedxab.run.outcome import ClientOutcome
+from fedxab.run.observe import EpsilonWatch, observe_privacy, start_metrics
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
 
-__all__ = [
-    "Federation",
-    "FederationError",
-    "PhaseCommunication",
-    "ledger_epsilons",
-    "run_federated",
-    "run_federated_config",
-    "start_metrics",
-]
+__all__ = ["Federation", "run_federated", "run_federated_config"]
 
 log = logging.getLogger(__name__)
 
@@ -91,245 +79,13 @@ _PROGRESS_UPDATES = 200
 _MAX_IDLE_PHASES = 1000
 
 
-class FederationError(FedxabError, RuntimeError):
-    """A federated algorithm broke the runner's contract: a client did not use exactly its
-    budget, the phase barrier was not met after every client reported, or the run does not end."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PhaseCommunication:
-    """One phase (one communication round): what travelled, and what the clients evaluated."""
-
-    phase: int
-    depth: int | None
-    """Depth of the phase's nodes, where the broadcast exposes it (``depth``), else None."""
-    messages_up: int
-    messages_down: int
-    bytes_up: int
-    bytes_down: int
-    reports_accepted: int
-    """Reports the server accepted (``receive`` returned True; duplicates are not)."""
-    evaluations: int
-    """Evaluations made by all clients in this phase."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def phase_communication(
-    broadcast: Any,
-    broadcast_bytes: int,
-    messages_down: int,
-    messages_up: int,
-    bytes_up: int,
-    accepted: int,
-    evaluations: int,
-) -> PhaseCommunication:
-    """One phase's counts: ``broadcast`` went to ``messages_down`` clients (``broadcast_bytes``
-    each), ``messages_up`` reports of ``bytes_up`` bytes in all came back."""
-    depth = getattr(broadcast, "depth", None)
-    return PhaseCommunication(
-        phase=int(broadcast.phase),
-        depth=None if depth is None else int(depth),
-        messages_up=messages_up,
-        messages_down=messages_down,
-        bytes_up=bytes_up,
-        bytes_down=broadcast_bytes * messages_down,
-        reports_accepted=accepted,
-        evaluations=evaluations,
-    )
-
-
-def communication_block(n_clients: int, phases: list[PhaseCommunication]) -> dict[str, Any]:
-    """A run's ``communication`` block: totals and the per-phase list."""
-    return {
-        "clients": n_clients,
-        "rounds": len(phases),
-        "messages_up": sum(p.messages_up for p in phases),
-        "messages_down": sum(p.messages_down for p in phases),
-        "bytes_up": sum(p.bytes_up for p in phases),
-        "bytes_down": sum(p.bytes_down for p in phases),
-        "per_phase": [p.to_dict() for p in phases],
-    }
-
-
-def withdrawn_clients(server: Any) -> dict[int, Any]:
-    """The clients that withdrew from the run (client -> its Withdrawal), as the server state
-    machine records them; empty for algorithms whose clients never withdraw."""
-    return getattr(server, "withdrawn", {})
-
-
-def own_recommendation(client: Any) -> np.ndarray | None:
-    """A client's own final answer, where the algorithm gives each client one (local and
-    personalized algorithms: ``client.recommend()``), else None (the server's answer is the
-    client's)."""
-    recommend = getattr(client, "recommend", None)
-    return None if recommend is None else recommend()
-
-
-def stopped_phases(server: Any) -> dict[int, int]:
-    """The clients whose releases stopped, with the phase they stopped at: withdrawn clients
-    (local DP) and clients the server left out of its releases (central DP, ``refused``)."""
-    stopped = {m: w.phase for m, w in withdrawn_clients(server).items()}
-    return stopped | dict(getattr(server, "refused", {}))
-
-
-def observe_privacy(
-    metrics: FederationMetrics, run_ledger: RunLedger, n_clients: int, server: Any
-) -> None:
-    """Give ``metrics`` every client's epsilon so far (from ``run_ledger``), the budget, delta
-    and the clients whose releases stopped."""
-    budget = run_ledger.budget
-    metrics.on_privacy(
-        ledger_epsilons(run_ledger, range(n_clients)),
-        budget_epsilon=None if budget is None else budget.epsilon,
-        delta=run_ledger.delta,
-        withdrawn=stopped_phases(server),
-    )
-
-
-def expected_use(n_clients: int, budget: int, withdrawn: dict[int, Any]) -> np.ndarray:
-    """Evaluations each client must have made at the end: its budget T, or for a client that
-    withdrew the ``used`` count its withdrawal declared."""
-    expected = np.full(n_clients, budget, dtype=np.int64)
-    for m, withdrawal in withdrawn.items():
-        expected[m] = withdrawal.used
-    return expected
-
-
-def check_budgets_used(used: np.ndarray, expected: np.ndarray) -> None:
-    """Raise :class:`FederationError` unless every client made exactly ``expected`` evaluations
-    (its budget T, see :func:`expected_use`)."""
-    short = np.nonzero(used != expected)[0]
-    if short.size:
-        detail = ", ".join(f"client {m}: {int(used[m])} of {int(expected[m])}" for m in short[:5])
-        raise FederationError(
-            f"{short.size} client(s) did not use exactly their budget of evaluations "
-            f"({detail}{', ...' if short.size > 5 else ''}): algorithm bug"
-        )
-
-
-def federated_record(
-    seed: int,
-    family: ClientFamily | None,
-    sums: RegretSums,
-    recommendation: np.ndarray,
-    wall: float,
-    communication: dict[str, Any],
-    privacy: dict[str, Any] | None = None,
-    expected: np.ndarray | None = None,
-    clients: tuple[ClientOutcome, ...] | None = None,
-) -> RunRecord:
-    """The :class:`RunRecord` of a federated run from its flushed regret sums.
-
-    Besides the cumulative curves it carries the simple-regret curves of spec-dpftsde §7.1
-    (:meth:`RegretSums.simple_curves`, on the same rounds): ``global_simple_regret`` and
-    ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
-    ``expected`` (per client, :func:`expected_use`): the pulls the sums should hold; where they
-    hold fewer, the record says so in ``regret_coverage``. ``family`` is None where the
-    objectives are the clients' own (no regret); ``clients``: what each client observed.
-    """
-    rounds = _regret.round_grid(sums.budget)
-    glob = None if family is None else family.global_objective
-    cum, local = sums.curves(rounds)
-    global_simple, local_simple = sums.simple_curves(rounds)
-    simple = None
-    if glob is not None and glob.optimum_value is not None:
-        value = float(glob(recommendation[None])[0])
-        simple = _regret.simple_regret(float(glob.optimum_value), value)
-    log.debug(
-        "seed %d: %d clients x %d evaluations, %d phases in %.3f s",
-        seed,
-        sums.n_clients,
-        sums.budget,
-        communication["rounds"],
-        wall,
-    )
-    return RunRecord(
-        seed=seed,
-        rounds=rounds,
-        cumulative_regret=cum,
-        recommendation=recommendation,
-        simple_regret=simple,
-        evaluations=int(sums.used.sum()),
-        wall_time_s=wall,
-        local_cumulative_regret=local,
-        communication=communication,
-        privacy=privacy,
-        global_simple_regret=global_simple,
-        local_simple_regret=local_simple,
-        regret_coverage=None if expected is None else regret_coverage(sums, expected),
-        clients=clients,
-    )
-
-
-def regret_coverage(sums: RegretSums, expected: np.ndarray) -> dict[str, Any] | None:
-    """The ``regret_coverage`` block of a run whose sums miss pulls of ``expected``, else None."""
-    short = np.flatnonzero(sums.received < expected)
-    if not short.size:
-        return None
-    return {
-        "pulls_expected": int(expected.sum()),
-        "pulls_received": int(np.minimum(sums.received, expected).sum()),
-        "clients": [int(m) for m in short],
-    }
-
-
-def start_metrics(
-    metrics: FederationMetrics,
-    config: Config,
-    run_id: str,
-    transport: str,
-    clients: int,
-    family: ClientFamily | None,
-) -> None:
-    """Tell ``metrics`` that run ``run_id`` of ``config`` starts, seen by a party that observes
-    ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
-    global_known, local_known = regret_known(family)
-    metrics.start_run(
-        run_id=run_id,
-        algorithm=config.algorithm.name,
-        objective=config.objective.name,
-        transport=transport,
-        clients=clients,
-        budget=config.run.budget,
-        regret_known=global_known,
-        local_regret_known=local_known,
-    )
-
-
-def ledger_epsilons(run_ledger: RunLedger, clients: Any) -> dict[int, float]:
-    """The epsilon each of ``clients`` has spent so far in ``run_ledger``, recomputed by its
-    accountant at the run's delta (the numbers of :meth:`RunLedger.block`)."""
-    deltas = dict.fromkeys((int(m) for m in clients), run_ledger.delta)
-    return run_ledger.ledger.epsilons(run_ledger.run, deltas)
-
-
-class EpsilonWatch:
-    """The max over ``clients`` of the epsilon spent so far in ``run_ledger``, for progress
-    displays: recomputed (:func:`ledger_epsilons`) only when the ledger recorded releases since
-    the last look (one cheap query otherwise; the ledger is append-only, so the same release
-    counts mean the same histories)."""
-
-    def __init__(self, run_ledger: RunLedger, clients: Any) -> None:
-        self.run_ledger = run_ledger
-        self.clients = [int(m) for m in clients]
-        self._releases: dict[int, int] | None = None
-        self._epsilon = 0.0
-
-    def __call__(self) -> float:
-        rl = self.run_ledger
-        releases = rl.ledger.releases_all(rl.run)
-        if releases != self._releases:
-            self._releases = releases
-            self._epsilon = max(ledger_epsilons(rl, self.clients).values(), default=0.0)
-        return self._epsilon
-
-
 class Federation:
     """One federated run (one seed), built from a config: server, clients, objectives, noise.
 
-    ``Federation(config, seed).run()`` returns the :class:`~fedxab.results.RunRecord`. The
+    A synchronous driver of the run's sessions (:mod:`fedxab.run.session`): per phase, every
+    active client answers the broadcast (each decoding its own copy of the encoded message), its
+    report goes to the server session encoded, as over a broker, and the barrier must then be
+    met. ``Federation(config, seed).run()`` returns the :class:`~fedxab.results.RunRecord`. The
     attributes stay available afterwards for inspection: ``server``, ``clients``, ``family``,
     ``phases`` (one :class:`PhaseCommunication` per phase), ``used`` (evaluations per client)
     and, with ``keep_points=True``, ``points[m]`` (the points client m evaluated, in order).
@@ -349,72 +105,54 @@ class Federation:
         metrics: FederationMetrics | None = None,
         functions: Functions | None = None,
     ) -> None:
-        if config.federation is None:
-            raise ConfigError(
-                "algorithm.name",
-                f"{config.algorithm.name!r} is not a federated algorithm; use "
-                "fedxab.agents.local.run_single",
-            )
         self.config = config
         self.seed = seed
         self.metrics = metrics
-        self.n_clients = config.federation.clients
+        self.run_id = run_id_for(config, seed)
+        n_clients = config.federation.clients if config.federation is not None else 0
+        parts = build_run(
+            config,
+            seed,
+            run_id=self.run_id,
+            server=True,
+            client_ids=range(n_clients),
+            functions=functions,
+            keep_points=keep_points,
+        )
+        assert parts.server is not None and parts.clients is not None
+        self.session, self.hosted = parts.server, parts.clients
+        self.run_ledger = parts.run_ledger
+        self.n_clients = n_clients
         self.budget = config.run.budget
-        self.noise = make_noise_model(config)
-        self.family = client_family(config, seed, functions=functions)
-        self.server, self.clients = make_federation(
-            config.algorithm.name,
-            config.domain,
-            n_clients=self.n_clients,
-            budget=self.budget,
-            seed=seed,
-            params=config.algorithm_params(),
-        )
-        self.run_ledger: RunLedger | None = None
-        if config.privacy is not None:
-            run = run_id_for(config, seed)
-            self.run_ledger = RunLedger.from_config(
-                config.privacy, config.algorithm_params(), run, self.n_clients
-            )
-            for m, client in enumerate(self.clients):
-                gate = self.run_ledger.gate(m)
-                if PRIVATE[config.algorithm.name] == "server":
-                    self.server.gates[m] = gate  # central DP: the trusted server releases
-                else:
-                    client.gate = gate
-        self.phases: list[PhaseCommunication] = []
-        glob = self.family.global_objective
-        shared = None if glob is None else GlobalValues(glob)
-        self.evaluators = [
-            ClientEvaluator(
-                m,
-                self.family,
-                self.noise,
-                seed=seed,
-                budget=self.budget,
-                global_values=shared,
-                keep_points=keep_points,
-                direction=config.objective.direction,
-            )
-            for m in range(self.n_clients)
-        ]
-        global_known, local_known = regret_known(self.family)
-        self.sums = RegretSums(
-            self.n_clients, self.budget, global_known=global_known, local_known=local_known
-        )
+        self.server = self.session.server
+        self.clients = [self.hosted.clients[m] for m in range(n_clients)]
+        """The client state machines, in client order (for inspection; the run drives
+        ``hosted``, the clients' session)."""
+        self.family = self.session.family
+        self.sums = self.session.sums
+        self.evaluators = self.hosted.evaluators
         self.recommendation: np.ndarray | None = None
+
+    @property
+    def phases(self) -> list[PhaseCommunication]:
+        """The closed phases, each with the evaluations its clients made."""
+        by_phase = self.sums.evaluations_by_phase
+        return [
+            dataclasses.replace(p, evaluations=by_phase.get(p.phase, 0))
+            for p in self.session.phases
+        ]
 
     @property
     def used(self) -> np.ndarray:
         """Evaluations per client so far."""
-        return np.array([e.used for e in self.evaluators], dtype=np.int64)
+        return np.array([e.used for e in self.evaluators.values()], dtype=np.int64)
 
     @property
     def points(self) -> list[list[np.ndarray]] | None:
         """With ``keep_points=True``, ``points[m]``: the batches client m evaluated, in order."""
-        if self.evaluators and self.evaluators[0].points is None:
+        if self.evaluators[0].points is None:
             return None
-        return [e.points for e in self.evaluators]  # type: ignore[misc]
+        return [e.points for e in self.evaluators.values()]  # type: ignore[misc]
 
     # ---------------------------------------------------------------------------- the loop
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
@@ -422,14 +160,7 @@ class Federation:
         metrics = self.metrics
         if metrics is None:
             return self._run(progress)
-        start_metrics(
-            metrics,
-            self.config,
-            run_id_for(self.config, self.seed),
-            "inprocess",
-            self.n_clients,
-            self.family,
-        )
+        start_metrics(metrics, self.config, self.run_id, "inprocess", self.n_clients, self.family)
         if self.run_ledger is not None:
             self._observe_privacy(metrics)
         try:
@@ -440,10 +171,21 @@ class Federation:
         metrics.end_run(record)
         return record
 
+    def _answer(self, broadcast_cls: type, wire: bytes, m: int) -> bytes:
+        """Client ``m``'s encoded report for the encoded broadcast ``wire``; the telemetry of
+        its pulls goes straight to the server session's sums."""
+        broadcast = broadcast_cls.from_wire(unpackb(wire))
+        try:
+            report, telemetry, _ = self.hosted.answer(m, broadcast)
+        except BudgetExceededError as exc:
+            raise FederationError(str(exc)) from exc
+        if telemetry is not None:
+            self.sums.add(telemetry)
+        return packb(report.to_wire())
+
     def _run(self, progress: ProgressCallback | None) -> RunRecord:
-        server, clients = self.server, self.clients
+        session, sums = self.session, self.sums
         n_clients, budget = self.n_clients, self.budget
-        evaluators, sums = self.evaluators, self.sums
         metrics = self.metrics
         every = max(1, budget // _PROGRESS_UPDATES)
         next_report = every
@@ -456,39 +198,29 @@ class Federation:
         running, running_local, counted = 0.0, 0.0, 0
         idle = 0
 
-        withdrawn = self.withdrawn
         t0 = time.perf_counter()
-        msg = server.start()
-        while not isinstance(msg, Finished):
+        msg = session.start()
+        while session.finished is None:
             opened = time.perf_counter()
             wire = packb(msg.to_wire())
-            broadcast_cls = type(msg)
-            phase = int(msg.phase)
-            bytes_up = accepted = sent = 0
-            active = [m for m in range(n_clients) if m not in withdrawn]
+            phase = session.phase
+            active = session.active
+            sent = 0
             for m in active:
-                broadcast = broadcast_cls.from_wire(unpackb(wire))
-                try:
-                    report = clients[m].answer(broadcast, evaluators[m])
-                except BudgetExceededError as exc:
-                    raise FederationError(str(exc)) from exc
-                sums.add(evaluators[m].take(phase))
-                data = packb(report.to_wire())
-                bytes_up += len(data)
+                verdict = session.classify(m, phase, self._answer(type(msg), wire, m))
+                if verdict.outcome not in ("accepted", "duplicate"):
+                    raise FederationError(f"phase {phase}: {verdict.outcome}: {verdict.text}")
                 sent += 1
-                if server.receive(m, type(report).from_wire(unpackb(data))):
-                    accepted += 1
             sums.flush()
-            if not server.ready():
+            if not session.barrier_met(0.0, None, 1.0):
                 raise FederationError(
                     f"phase {phase}: the server's barrier is not met after all {len(active)} "
-                    f"clients reported ({accepted} reports accepted)"
+                    f"clients reported ({len(session.accepted)} reports accepted)"
                 )
+            accepted = len(session.accepted)
             evaluations = sums.evaluations_by_phase.get(phase, 0)
-            comm = phase_communication(
-                msg, len(wire), len(active), sent, bytes_up, accepted, evaluations
-            )
-            self.phases.append(comm)
+            session.close_phase(len(wire), len(active))
+            comm = self.phases[-1]
             idle = idle + 1 if evaluations == 0 else 0
             if idle > _MAX_IDLE_PHASES:
                 raise FederationError(
@@ -497,7 +229,9 @@ class Federation:
                 )
             if metrics is not None:
                 metrics.on_phase(
-                    comm, time.perf_counter() - opened, active=n_clients - len(withdrawn)
+                    comm,
+                    time.perf_counter() - opened,
+                    active=n_clients - len(session.withdrawn),
                 )
                 metrics.on_report("accepted", accepted)
                 metrics.on_report("duplicate", sent - accepted)
@@ -528,25 +262,15 @@ class Federation:
                     elif progress is not None:
                         progress(done, budget, cum)
                     next_report = (done // every + 1) * every
-            msg = server.close_phase()
+            msg = session.msg
         wall = time.perf_counter() - t0
 
-        check_budgets_used(sums.used, expected_use(n_clients, budget, withdrawn))
-        recommendation = np.asarray(msg.recommendation, dtype=np.float64).reshape(-1).copy()
-        self.recommendation = recommendation
-        return federated_record(
-            self.seed,
-            self.family,
-            sums,
-            recommendation,
-            wall,
-            self.communication(),
-            self.privacy_block(),
-            clients=tuple(
-                e.observed.outcome(own_recommendation(client))
-                for e, client in zip(self.evaluators, self.clients, strict=True)
-            ),
-        )
+        check_budgets_used(sums.used, session.expected_use())
+        for m in range(n_clients):
+            session.add_outcome(self.hosted.outcome(m))
+        record = session.record(wall, self.privacy_block())
+        self.recommendation = record.recommendation
+        return record
 
     def _observe_regret(
         self, metrics: FederationMetrics, done: int, cum: float, local: float
@@ -574,7 +298,7 @@ class Federation:
     @property
     def withdrawn(self) -> dict[int, Any]:
         """The clients that withdrew from the run (client -> its Withdrawal)."""
-        return withdrawn_clients(self.server)
+        return self.session.withdrawn
 
     def _active_mask(self) -> np.ndarray:
         mask = np.ones(self.n_clients, dtype=bool)

@@ -30,16 +30,14 @@ value of the run's record.
 
 The control topic (join, leave, heartbeat, telemetry) is read from its beginning on every start
 and never committed: everything on it is idempotent, so a restarted server simply rebuilds its view
-of the clients and of the regret telemetry (:mod:`fedxab.agents.evaluation`) from it.
+of the clients and of the regret telemetry (:mod:`fedxab.run.evaluation`) from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import math
 import secrets
 import time
 from collections import Counter
@@ -49,34 +47,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.checkpoint import ClosedPhase, ServerCheckpoint
-from fedxab.agents.evaluation import RegretSums, Telemetry
-from fedxab.agents.federation import (
-    EpsilonWatch,
-    PhaseCommunication,
-    communication_block,
-    expected_use,
-    federated_record,
-    observe_privacy,
-    phase_communication,
-    regret_coverage,
-    start_metrics,
-    stopped_phases,
-    withdrawn_clients,
-)
+from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.lobby import refuse_strangers
 from fedxab.agents.local import report_progress, wants_details
 from fedxab.algorithms.protocol import Finished
-from fedxab.algorithms.registry import PRIVATE, decode_report, make_federation
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
-from fedxab.broker.codec import SERVER, Envelope, packb, unpackb
+from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
-from fedxab.run.assembly import regret_known, server_family
+from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
+from fedxab.run.assembly import build_run
+from fedxab.run.evaluation import Telemetry
 from fedxab.run.identity import protocol_of
+from fedxab.run.observe import EpsilonWatch, observe_privacy, start_metrics
 from fedxab.run.outcome import ClientOutcome
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
@@ -87,9 +73,6 @@ if TYPE_CHECKING:
 __all__ = ["RunConflictError", "ServerAgent", "transport_of"]
 
 log = logging.getLogger(__name__)
-
-REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
-
 
 ProgressCallback = Callable[[int, int, float], None]
 
@@ -144,30 +127,15 @@ class ServerAgent:
         self.signer = signer_for(config)  # None unless [security] sign = true
         self.budget = config.run.budget
         self.algorithm = config.algorithm.name
-        self.family = server_family(config, seed)  # None: the clients' own objectives
-        self.server, _ = make_federation(
-            self.algorithm,
-            config.domain,
-            n_clients=self.n_clients,
-            budget=self.budget,
-            seed=seed,
-            params=config.algorithm_params(),
-            client_ids=[],
-        )
-        self.run_ledger: RunLedger | None = None
-        if config.privacy is not None and PRIVATE[self.algorithm] == "server":
-            # central DP: this (trusted) server releases, checks budgets and keeps the ledger
-            self.run_ledger = RunLedger.from_config(
-                config.privacy, config.algorithm_params(), run_id, self.n_clients
-            )
-            for m in range(self.n_clients):
-                self.server.gates[m] = self.run_ledger.gate(m)
-        global_known, local_known = regret_known(self.family)
-        self.sums = RegretSums(
-            self.n_clients, self.budget, global_known=global_known, local_known=local_known
-        )
-        self.outcomes: dict[int, ClientOutcome] = {}
-        """What each client observed (sent with its last telemetry), by client id."""
+        parts = build_run(config, seed, run_id=run_id, server=True)
+        assert parts.server is not None
+        self.run_session = parts.server
+        """The run's server side (:class:`~fedxab.run.session.ServerSession`): this agent
+        moves its messages and keeps its time."""
+        self.server = self.run_session.server
+        self.family = self.run_session.family  # None: the clients' own objectives
+        self.sums = self.run_session.sums
+        self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.counts: Counter[str] = Counter()
         self.rejected: Counter[tuple[str, str]] = Counter()
@@ -177,14 +145,29 @@ class ServerAgent:
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.last_seen: dict[int, float] = {}
-        self.phases: list[PhaseCommunication] = []
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.live_local_regret = 0.0  # the same of the local terms (metrics only)
-        self.phase = 0
-        self.finished: Finished | None = None
-        self._accepted: dict[int, bytes] = {}
         self._last_report: Record | None = None
         self._wakeup = asyncio.Event()
+
+    @property
+    def phases(self) -> list[PhaseCommunication]:
+        """The closed phases (their evaluations are counted from the telemetry at the end)."""
+        return self.run_session.phases
+
+    @property
+    def finished(self) -> Finished | None:
+        return self.run_session.finished
+
+    @property
+    def phase(self) -> int:
+        """The open phase (the final answer's phase once the run is over; 0 before it starts)."""
+        return 0 if self.run_session.msg is None else self.run_session.phase
+
+    @property
+    def outcomes(self) -> dict[int, ClientOutcome]:
+        """What each client observed (sent after its last telemetry), by client id."""
+        return self.run_session.outcomes
 
     # ----------------------------------------------------------------------------- messages
     def _count(self, name: str) -> None:
@@ -260,33 +243,16 @@ class ServerAgent:
             return
         m = env.client_id
         assert m is not None
-        if env.phase < self.phase or self.finished is not None:
-            self._reject("late", "late", f"client {m} for phase {env.phase} ({self.phase})")
+        verdict = self.run_session.classify(m, env.phase, env.payload)
+        if verdict.outcome in ("late", "invalid"):
+            self._reject(verdict.outcome, verdict.reason, verdict.text)
             return
-        if env.phase > self.phase:
-            self._reject(
-                "invalid", "future_phase", f"client {m} for phase {env.phase} ({self.phase})"
-            )
+        self._count(f"report_{verdict.outcome}")
+        if verdict.outcome == "duplicate":
+            log.info("run %s: duplicate report of %s", self.run_id, verdict.text)
             return
-        try:
-            report = decode_report(self.algorithm, env.body())
-            if getattr(report, "phase", None) != env.phase:
-                raise ProtocolError(f"payload phase {report.phase} != envelope phase {env.phase}")
-            fresh = self.server.receive(m, report)
-        except (ProtocolError, FedxabError) as exc:
-            self._reject("invalid", "bad_payload", f"client {m}: {exc}")
-            return
-        except Exception as exc:  # a payload no check foresaw: reject it, keep running
-            self._reject("invalid", "bad_payload", f"client {m}: {type(exc).__name__}: {exc}")
-            return
-        if not fresh:
-            self._count("report_duplicate")
-            log.info("run %s: duplicate report of client %d, phase %d", self.run_id, m, env.phase)
-            return
-        self._count("report_accepted")
-        self._accepted[m] = env.payload
         if self.metrics is not None:
-            self.metrics.phase_reports.set(len(self._accepted))
+            self.metrics.phase_reports.set(len(self.run_session.accepted))
         self._wakeup.set()
 
     def on_control(self, record: Record) -> None:
@@ -311,7 +277,7 @@ class ServerAgent:
                 self._reject("invalid", "bad_payload", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
-                if self.sums.add(telemetry):
+                if self.run_session.add_telemetry(telemetry):
                     self._observe_telemetry(telemetry)
             self._wakeup.set()
         elif env.kind == "outcome":
@@ -322,7 +288,7 @@ class ServerAgent:
             except (ProtocolError, TypeError, ValueError) as exc:
                 self._reject("invalid", "bad_payload", f"outcome of client {m}: {exc}", "control")
                 return
-            self.outcomes[m] = outcome
+            self.run_session.add_outcome(outcome)
         self._count(f"control_{env.kind}")
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
@@ -361,16 +327,13 @@ class ServerAgent:
     @property
     def active(self) -> int:
         """Clients still in the run (those that have not withdrawn)."""
-        return self.n_clients - len(withdrawn_clients(self.server))
+        return len(self.run_session.active)
 
     def _barrier_met(self, opened: float) -> bool:
-        if self.server.ready():
-            return True
-        deadline = self.settings.phase_deadline_s
-        if deadline is None or time.monotonic() - opened < deadline:
-            return False
-        quorum = max(1, math.ceil(self.settings.quorum * self.active - 1e-9))
-        return len(self._accepted) >= quorum
+        settings = self.settings
+        return self.run_session.barrier_met(
+            time.monotonic() - opened, settings.phase_deadline_s, settings.quorum
+        )
 
     async def _publish(self, msg: Any) -> int:
         payload = packb(msg.to_wire())
@@ -399,19 +362,16 @@ class ServerAgent:
     def _replay(self) -> Any:
         """Start the state machine and replay the checkpointed phases; the open phase's msg.
         A signing run takes its session from the checkpoint, or draws a new one."""
-        msg = self.server.start()
+        self.run_session.start()
         closed_phases = self.checkpoint.load()
         if self.signer is not None:
             self.session = self.checkpoint.session or secrets.token_hex(16)
             self.checkpoint.session = self.session
         for closed in closed_phases:
-            for m, payload in sorted(closed.reports.items()):
-                report = decode_report(self.algorithm, unpackb(payload))
-                self.server.receive(m, report)
-            self.phases.append(PhaseCommunication(**closed.counts))
+            self.run_session.restore(closed)
             if self.metrics is not None:  # a new process: its counters count these phases too
                 self.metrics.on_phase(self.phases[-1])
-            msg = self.server.close_phase()
+        msg = self.run_session.msg
         if self.checkpoint.phases:
             log.info(
                 "run %s: resumed from checkpoint after %d phases", self.run_id, len(self.phases)
@@ -423,7 +383,7 @@ class ServerAgent:
         ``rebroadcast_s`` seconds has its broadcast published again: a client that missed it
         answers, one whose report was lost sends the same report again (from its reply cache)."""
         opened = last_progress = time.monotonic()
-        reported = len(self._accepted)
+        reported = len(self.run_session.accepted)
         deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
         while not self._barrier_met(opened):
             self._wakeup.clear()
@@ -434,10 +394,11 @@ class ServerAgent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), max(0.001, timeout))
             now = time.monotonic()
-            if len(self._accepted) > reported:
-                reported, last_progress = len(self._accepted), now
+            accepted = len(self.run_session.accepted)
+            if accepted > reported:
+                reported, last_progress = accepted, now
             elif now - last_progress >= repeat:
-                log.info("run %s: phase %d stalled; broadcasting it again", self.run_id, self.phase)
+                log.info("run %s: phase %d stalled; broadcasting it again", self.run_id, msg.phase)
                 self._count("broadcast_repeated")
                 await self._publish(msg)
                 last_progress = now
@@ -445,22 +406,11 @@ class ServerAgent:
     async def _close_phase(
         self, msg: Any, broadcast_bytes: int, active: int, commit: Any, opened: float
     ) -> Any:
-        accepted = dict(self._accepted)
-        counts = phase_communication(
-            msg,
-            broadcast_bytes,
-            messages_down=active,
-            messages_up=len(accepted),
-            bytes_up=sum(len(p) for p in accepted.values()),
-            accepted=len(accepted),
-            evaluations=0,  # filled in from the telemetry at the end
-        )
-        self.checkpoint.append(ClosedPhase(int(msg.phase), accepted, counts.to_dict()))
+        self.checkpoint.append(self.run_session.close_phase(broadcast_bytes, active))
         if self._last_report is not None:
             await commit(self._last_report)
-        self.phases.append(counts)
-        self._accepted = {}
-        msg = self.server.close_phase()
+        counts = self.phases[-1]
+        msg = self.run_session.msg
         await self._mirror_ledger()
         if self.metrics is not None:
             self._observe_phase(self.metrics, counts, time.perf_counter() - opened)
@@ -487,11 +437,11 @@ class ServerAgent:
     def _observe_phase(
         self, metrics: FederationMetrics, counts: PhaseCommunication, duration: float
     ) -> None:
-        gone = self.left.difference(withdrawn_clients(self.server))
+        gone = self.left.difference(self.run_session.withdrawn)
         metrics.on_phase(counts, duration, active=self.active - len(gone))
         metrics.phase_reports.set(0)
         still = np.ones(self.n_clients, dtype=bool)
-        still[list(withdrawn_clients(self.server))] = False
+        still[list(self.run_session.withdrawn)] = False
         metrics.on_regret(t=int(self.sums.used.min(initial=self.budget, where=still)))
         if self.run_ledger is not None and metrics.privacy_due():
             self._observe_privacy(metrics)
@@ -528,15 +478,11 @@ class ServerAgent:
                     )
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
-            self.phase = int(msg.phase)
-            self._accepted = {}
             active = self.active  # the clients the broadcast is for
             opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
             msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit, opened)
-        self.finished = msg
-        self.phase = int(msg.phase)
         await self._mirror_ledger(end=True)
         await self._publish(msg)
 
@@ -546,7 +492,7 @@ class ServerAgent:
         ``telemetry_timeout_s``. Meanwhile the final answer is broadcast again every
         ``rebroadcast_s``: a client that lost it would otherwise wait for it forever."""
         stop = time.monotonic() + self.settings.telemetry_timeout_s
-        expected = expected_use(self.n_clients, self.budget, withdrawn_clients(self.server))
+        expected = self.run_session.expected_use()
 
         def done() -> bool:
             return self.sums.complete(expected) and len(self.left) == self.n_clients
@@ -661,7 +607,7 @@ class ServerAgent:
         if self.progress is None or not wants_details(self.progress):
             return
         still = np.ones(self.n_clients, dtype=bool)
-        still[list(withdrawn_clients(self.server))] = False
+        still[list(self.run_session.withdrawn)] = False
         cum = record.cumulative_regret
         report_progress(
             self.progress,
@@ -709,21 +655,4 @@ class ServerAgent:
             run_ledger.close()
 
     def _record(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
-        self.sums.flush()
-        phases = [
-            dataclasses.replace(p, evaluations=self.sums.evaluations_by_phase.get(p.phase, 0))
-            for p in self.phases
-        ]
-        assert self.finished is not None
-        recommendation = self.finished.recommendation.astype(float).reshape(-1).copy()
-        return federated_record(
-            self.seed,
-            self.family,
-            self.sums,
-            recommendation,
-            wall,
-            communication_block(self.n_clients, phases),
-            privacy,
-            expected_use(self.n_clients, self.budget, withdrawn_clients(self.server)),
-            clients=tuple(self.outcomes[m] for m in sorted(self.outcomes)),
-        )
+        return self.run_session.record(wall, privacy)

@@ -136,7 +136,7 @@ NAN = math.nan
 
 
 class PhaseCounts(Protocol):
-    """What one phase carried (e.g. :class:`~fedxab.agents.federation.PhaseCommunication`)."""
+    """What one phase carried (e.g. :class:`~fedxab.run.accounting.PhaseCommunication`)."""
 
     phase: int
     messages_up: int

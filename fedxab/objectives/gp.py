@@ -203,7 +203,7 @@ class GPGrid(GridObjective):
     sample is ``L z`` with ``z`` from ``stream(sample_seed, "gp-family")``.
 
     ``sample_seed`` fixes the function. In a federated run the client family is the source of
-    truth (:func:`fedxab.agents.federation.make_family`): with ``sample_seed = None`` (default) the
+    truth (:func:`fedxab.run.assembly.make_family`): with ``sample_seed = None`` (default) the
     function of run ``seed`` is the draw of ``stream(seed, "gp-family")``, a new function per run
     (:meth:`for_seed`); with an integer every run uses that one function. An objective built on
     its own (``make_objective("gp-grid")``, no run seed) with ``sample_seed = None`` is the draw of

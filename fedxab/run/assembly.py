@@ -14,9 +14,11 @@ Two kinds of objectives reach a run:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fedxab.algorithms.registry import PRIVATE, make_federation
 from fedxab.errors import ConfigError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.families import (
@@ -27,12 +29,18 @@ from fedxab.objectives.families import (
 from fedxab.objectives.noise import NoiseModel, make_noise
 from fedxab.objectives.registry import make_objective
 from fedxab.objectives.user import load_function, user_objectives
+from fedxab.privacy.gate import LedgerGate
+from fedxab.privacy.run_ledger import RunLedger
+from fedxab.run.evaluation import ClientEvaluator, GlobalValues, RegretSums
+from fedxab.run.session import ClientSession, ServerSession
 
 if TYPE_CHECKING:
     from fedxab.config import Config
 
 __all__ = [
     "Functions",
+    "RunParts",
+    "build_run",
     "client_family",
     "make_family",
     "make_noise_model",
@@ -99,6 +107,100 @@ def regret_known(family: ClientFamily | None) -> tuple[bool, bool]:
         return False, False
     local = all(c is not None and c.optimum_value is not None for c in family.clients)
     return family.global_objective.optimum_value is not None, local
+
+
+@dataclasses.dataclass
+class RunParts:
+    """What one party of a run holds: the server's session (if it is the server), the session
+    of the clients it hosts (if any), and the privacy ledger it keeps (if it releases)."""
+
+    server: ServerSession | None
+    clients: ClientSession | None
+    run_ledger: RunLedger | None
+    gates: dict[int, LedgerGate]
+    """The release gates bound to the state machines, by client (empty if nothing releases)."""
+    family: ClientFamily | None
+    """The objectives as this party knows them (None: a server of users' own objectives)."""
+
+
+def build_run(
+    config: Config,
+    seed: int,
+    *,
+    run_id: str,
+    server: bool,
+    client_ids: Sequence[int] = (),
+    functions: Functions | None = None,
+    keep_points: bool = False,
+) -> RunParts:
+    """The parts of run ``seed`` of a federated ``config`` for a party that is the server
+    (``server``) and/or hosts ``client_ids``: the in-process runner is both, a server agent the
+    server only, a client agent its clients only.
+
+    The party that releases private statistics keeps the ledger (:data:`PRIVATE`: the server
+    under central DP, each client under local DP) and binds a gate per client to the state
+    machines. A party that hosts clients evaluates their objectives (``functions``, or the
+    config's); the server's view of the family is the simulated one, or None for users' own
+    objectives (:func:`server_family`)."""
+    fed = config.federation
+    if fed is None:
+        raise ConfigError(
+            "algorithm.name",
+            f"{config.algorithm.name!r} is not a federated algorithm; use "
+            "fedxab.agents.local.run_single",
+        )
+    name, n_clients, budget = config.algorithm.name, fed.clients, config.run.budget
+    ids = list(client_ids)
+    params = config.algorithm_params()
+    machine, clients = make_federation(
+        name,
+        config.domain,
+        n_clients=n_clients,
+        budget=budget,
+        seed=seed,
+        params=params,
+        client_ids=ids,
+    )
+    releaser = PRIVATE.get(name)
+    run_ledger, gates = None, {}
+    if config.privacy is not None and (
+        (releaser == "server" and server) or (releaser == "client" and ids)
+    ):
+        run_ledger = RunLedger.from_config(config.privacy, params, run_id, n_clients)
+        if releaser == "server":  # central DP: the trusted server releases
+            gates = {m: run_ledger.gate(m) for m in range(n_clients)}
+            machine.gates.update(gates)
+        else:  # local DP: each client releases
+            for m, client in zip(ids, clients, strict=True):
+                client.gate = gates[m] = run_ledger.gate(m)
+    family = client_family(config, seed, ids, functions) if ids else server_family(config, seed)
+    client_session = None
+    if ids:
+        noise = make_noise_model(config)
+        glob = family.global_objective
+        shared = None if glob is None else GlobalValues(glob)
+        evaluators = {
+            m: ClientEvaluator(
+                m,
+                family,
+                noise,
+                seed=seed,
+                budget=budget,
+                global_values=shared,
+                keep_points=keep_points,
+                direction=config.objective.direction,
+            )
+            for m in ids
+        }
+        client_session = ClientSession(dict(zip(ids, clients, strict=True)), evaluators)
+    server_session = None
+    if server:
+        global_known, local_known = regret_known(family)
+        sums = RegretSums(n_clients, budget, global_known=global_known, local_known=local_known)
+        server_session = ServerSession(
+            name, machine, seed=seed, n_clients=n_clients, budget=budget, family=family, sums=sums
+        )
+    return RunParts(server_session, client_session, run_ledger, gates, family)
 
 
 def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:

@@ -9,12 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedxab.agents.federation import (
-    Federation,
-    FederationError,
-    run_federated,
-    run_federated_config,
-)
+from fedxab.agents.federation import Federation, run_federated, run_federated_config
 from fedxab.algorithms.fedpne import FedPNEBroadcast, FedPNEClient, FedPNEReport
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import make_federation
@@ -26,6 +21,7 @@ from fedxab.objectives.families import input_shift_family, value_offset_family
 from fedxab.objectives.noise import UniformNoise
 from fedxab.objectives.registry import make_objective
 from fedxab.results import ResultsError, RunResults, load_results, write_results
+from fedxab.run.accounting import FederationError
 from fedxab.seeding import stream
 
 EXAMPLE = "examples/fedpne_garland.toml"
@@ -236,7 +232,7 @@ class _Greedy(FedPNEClient):
 
 def test_a_client_exceeding_its_budget_is_an_error():
     fed = Federation(_config(2, 50), seed=0)
-    fed.clients[1] = _Greedy(1, [[0.0, 1.0]], budget=50)
+    fed.hosted.clients[1] = _Greedy(1, [[0.0, 1.0]], budget=50)
     with pytest.raises(FederationError, match=r"client 1 asked for .* budget T = 50"):
         fed.run()
 
@@ -245,7 +241,7 @@ def test_a_client_leaving_budget_unused_is_an_error():
     # T = 50 ends in a truncated phase; a client that believes T = 49 reports incomplete there
     # too, so the protocol carries on, but it leaves one evaluation unused
     fed = Federation(_config(2, 50), seed=0)
-    fed.clients[0] = FedPNEClient(0, [[0.0, 1.0]], budget=49)
+    fed.hosted.clients[0] = FedPNEClient(0, [[0.0, 1.0]], budget=49)
     with pytest.raises(FederationError, match=r"did not use exactly .*\(client 0: 49 of 50\)"):
         fed.run()
 

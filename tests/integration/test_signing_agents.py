@@ -246,7 +246,7 @@ def test_replayed_reports_of_an_earlier_phase_or_execution_are_refused(keys):
         ]  # fmt: skip
         await asyncio.wait_for(broker.held.wait(), 20)
         await _until(lambda: server.counts["report_accepted"] == 6 + 5, "phase 2 but client 5")
-        assert server.phase == 2
+        assert server.run_session.phase == 2
         this = await _reports(broker, topic)
         await broker.publish(topic, "0", this["client-0", 1])  # phase p-1, this execution
         replay = earlier["client-5", 2]  # the awaited report, from the earlier execution

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from fedxab.agents.distributed import run_on_broker
-from fedxab.agents.evaluation import RegretSums, Telemetry
 from fedxab.agents.federation import Federation
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.results import RunRecord, RunResults, summarize
+from fedxab.run.evaluation import RegretSums, Telemetry
 
 
 def _tel(phase, client, start, g, loc=None):
@@ -87,7 +87,7 @@ def test_telemetry_arriving_after_a_later_phase_was_flushed_drops_the_curves(cap
     sums.add(_tel(2, 0, 2, [0.3, 0.2]))
     sums.flush()
     sums.add(_tel(1, 0, 0, [0.5, 0.4]))
-    with caplog.at_level(logging.WARNING, logger="fedxab.agents.evaluation"):
+    with caplog.at_level(logging.WARNING, logger="fedxab.run.evaluation"):
         sums.flush()
     assert "simple regret dropped" in caplog.text
     assert sums.simple_curves(np.arange(1, 5)) == (None, None)

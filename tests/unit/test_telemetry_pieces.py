@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedxab.agents.evaluation import RegretSums, Telemetry, telemetry_batches
+from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_batches
 
 
 def _telemetry(phase: int, client: int, start: int, count: int, seed: int = 0) -> Telemetry:

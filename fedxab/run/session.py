@@ -1,0 +1,266 @@
+"""The sessions of one run, without I/O: what every runner drives, in process or over a broker.
+
+A federated algorithm is a pair of sans-I/O state machines (:mod:`fedxab.algorithms.protocol`);
+a *run* adds what the algorithm does not know about (DESIGN.md, Contracts):
+
+- :class:`ServerSession`: the server side of a run. It opens each phase (the state machine's
+  broadcast), classifies every report once (:class:`Verdict`: accepted, duplicate, late or
+  invalid with a reason; a rejected report changes no state), says when the phase barrier is met
+  (every active client reported, or after a deadline a quorum), closes the phase (its
+  :class:`ClosedPhase`: the accepted payloads and the counts, what a checkpoint keeps and a
+  restart restores), gathers the simulation's regret telemetry and the clients' outcomes, and
+  finishes with the run's :class:`~fedxab.results.RunRecord`;
+- :class:`ClientSession`: the clients one party hosts: each answers a broadcast through its
+  evaluator, and hands over the telemetry of its pulls and, at the end, its outcome.
+
+The in-process runner (:class:`fedxab.agents.federation.Federation`), the server agent and the
+client agent are drivers of these two classes: they only move bytes, keep time and observe. So a
+run gives the same results on every transport by construction. :func:`fedxab.run.assembly.build_run`
+builds both from a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedxab.algorithms.protocol import Finished
+from fedxab.algorithms.registry import decode_report
+from fedxab.broker.codec import unpackb
+from fedxab.errors import FedxabError, ProtocolError
+from fedxab.run.accounting import (
+    PhaseCommunication,
+    communication_block,
+    expected_use,
+    federated_record,
+    own_recommendation,
+    phase_communication,
+    withdrawn_clients,
+)
+
+if TYPE_CHECKING:
+    from fedxab.objectives.families import ClientFamily
+    from fedxab.results import RunRecord
+    from fedxab.run.evaluation import ClientEvaluator, RegretSums, Telemetry
+    from fedxab.run.outcome import ClientOutcome
+
+__all__ = [
+    "REPORT_OUTCOMES",
+    "ClientSession",
+    "ClosedPhase",
+    "ServerSession",
+    "Verdict",
+]
+
+REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
+"""How a report is classified (:class:`Verdict`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A report's classification: ``outcome`` in :data:`REPORT_OUTCOMES`; for a rejected one the
+    ``reason`` (``late``, ``future_phase``, ``bad_payload``) and a line saying why."""
+
+    outcome: str
+    reason: str = ""
+    text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosedPhase:
+    """One closed phase: the accepted reports' payloads by client, and the phase's counts."""
+
+    phase: int
+    reports: dict[int, bytes]
+    counts: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class ServerSession:
+    """The server side of one run (one seed), driven by a runner.
+
+    ``server``: the algorithm's server state machine; ``family``: the simulated client family
+    (None where the objectives are the clients' own); ``sums``: the regret telemetry's sums.
+    """
+
+    def __init__(
+        self,
+        algorithm: str,
+        server: Any,
+        *,
+        seed: int,
+        n_clients: int,
+        budget: int,
+        family: ClientFamily | None,
+        sums: RegretSums,
+    ) -> None:
+        self.algorithm = algorithm
+        self.server = server
+        self.seed = seed
+        self.n_clients = n_clients
+        self.budget = budget
+        self.family = family
+        self.sums = sums
+        self.msg: Any = None
+        """The open phase's broadcast, or the final :class:`Finished` once the run is over."""
+        self.phases: list[PhaseCommunication] = []
+        self.accepted: dict[int, bytes] = {}
+        """The open phase's accepted reports (payload bytes as received), by client."""
+        self.outcomes: dict[int, ClientOutcome] = {}
+
+    # ------------------------------------------------------------------------------ phases
+    def start(self) -> Any:
+        """Open the first phase; its broadcast."""
+        self.msg = self.server.start()
+        return self.msg
+
+    @property
+    def finished(self) -> Finished | None:
+        """The final answer once the run is over, else None."""
+        return self.msg if isinstance(self.msg, Finished) else None
+
+    @property
+    def phase(self) -> int:
+        return int(self.msg.phase)
+
+    @property
+    def withdrawn(self) -> dict[int, Any]:
+        """The clients that withdrew (client -> its Withdrawal)."""
+        return withdrawn_clients(self.server)
+
+    @property
+    def active(self) -> list[int]:
+        """The clients still in the run: those the open phase's broadcast is for."""
+        gone = self.withdrawn
+        return [m for m in range(self.n_clients) if m not in gone]
+
+    def classify(self, m: int, phase: int, payload: bytes) -> Verdict:
+        """Client ``m``'s report for ``phase`` (the encoded message): fed to the state machine
+        if it is for the open phase and valid; every report gets exactly one verdict."""
+        if phase < self.phase or self.finished is not None:
+            return Verdict("late", "late", f"client {m} for phase {phase} ({self.phase})")
+        if phase > self.phase:
+            text = f"client {m} for phase {phase} ({self.phase})"
+            return Verdict("invalid", "future_phase", text)
+        try:
+            report = decode_report(self.algorithm, unpackb(payload))
+            if getattr(report, "phase", None) != phase:
+                raise ProtocolError(f"payload phase {report.phase} != envelope phase {phase}")
+            fresh = self.server.receive(m, report)
+        except (ProtocolError, FedxabError) as exc:
+            return Verdict("invalid", "bad_payload", f"client {m}: {exc}")
+        except Exception as exc:  # a payload no check foresaw: reject it, keep running
+            return Verdict("invalid", "bad_payload", f"client {m}: {type(exc).__name__}: {exc}")
+        if not fresh:
+            return Verdict("duplicate", "", f"client {m}, phase {phase}")
+        self.accepted[m] = payload
+        return Verdict("accepted")
+
+    def barrier_met(self, open_for_s: float, deadline_s: float | None, quorum: float) -> bool:
+        """Whether the open phase may close: the state machine has every report it waits for,
+        or the phase has been open ``deadline_s`` and a ``quorum`` (fraction of the active
+        clients, rounded up) reported."""
+        if self.server.ready():
+            return True
+        if deadline_s is None or open_for_s < deadline_s:
+            return False
+        needed = max(1, math.ceil(quorum * len(self.active) - 1e-9))
+        return len(self.accepted) >= needed
+
+    def close_phase(self, broadcast_bytes: int, messages_down: int) -> ClosedPhase:
+        """Close the open phase (its barrier met): its counts are recorded and the next phase
+        (or the final answer) opens. The closed phase, for a checkpoint."""
+        accepted = self.accepted
+        counts = phase_communication(
+            self.msg,
+            broadcast_bytes,
+            messages_down=messages_down,
+            messages_up=len(accepted),
+            bytes_up=sum(len(p) for p in accepted.values()),
+            accepted=len(accepted),
+            evaluations=0,  # from the telemetry, in record()
+        )
+        closed = ClosedPhase(self.phase, accepted, counts.to_dict())
+        self.phases.append(counts)
+        self.accepted = {}
+        self.msg = self.server.close_phase()
+        return closed
+
+    def restore(self, closed: ClosedPhase) -> None:
+        """Replay a checkpointed closed phase: its reports, in client order, then its close."""
+        for m, payload in sorted(closed.reports.items()):
+            self.server.receive(m, decode_report(self.algorithm, unpackb(payload)))
+        self.phases.append(PhaseCommunication(**closed.counts))
+        self.msg = self.server.close_phase()
+
+    # --------------------------------------------------------------------- what clients send
+    def add_telemetry(self, telemetry: Telemetry) -> bool:
+        """Buffer one piece of regret telemetry; False if it was already there."""
+        return self.sums.add(telemetry)
+
+    def add_outcome(self, outcome: ClientOutcome) -> None:
+        """What a client observed of its own objective (idempotent)."""
+        self.outcomes[outcome.client] = outcome
+
+    def expected_use(self) -> np.ndarray:
+        """Evaluations each client must have made at the end (:func:`expected_use`)."""
+        return expected_use(self.n_clients, self.budget, self.withdrawn)
+
+    def record(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
+        """The run's record, once it is finished and the telemetry is in."""
+        finished = self.finished
+        if finished is None:
+            raise FedxabError("the run is not finished: no record yet")
+        sums = self.sums
+        sums.flush()
+        phases = [
+            dataclasses.replace(p, evaluations=sums.evaluations_by_phase.get(p.phase, 0))
+            for p in self.phases
+        ]
+        recommendation = np.asarray(finished.recommendation, dtype=np.float64).reshape(-1).copy()
+        return federated_record(
+            self.seed,
+            self.family,
+            sums,
+            recommendation,
+            wall,
+            communication_block(self.n_clients, phases),
+            privacy,
+            self.expected_use(),
+            clients=tuple(self.outcomes[m] for m in sorted(self.outcomes)),
+        )
+
+
+class ClientSession:
+    """The clients one party hosts in one run: their state machines and evaluators, by id."""
+
+    def __init__(self, clients: dict[int, Any], evaluators: dict[int, ClientEvaluator]) -> None:
+        self.clients = clients
+        self.evaluators = evaluators
+        self._last_telemetry: dict[int, Telemetry] = {}
+
+    def answer(self, m: int, broadcast: Any) -> tuple[Any, Telemetry | None, bool]:
+        """Client ``m``'s report for ``broadcast`` (None once it withdrew), the telemetry of
+        the pulls it made for it, and whether that telemetry is new: a redelivered broadcast is
+        answered from the client's reply cache, pulls nothing and repeats its last telemetry.
+        The state machine's errors propagate (the caller decides what a rejection means)."""
+        report = self.clients[m].answer(broadcast, self.evaluators[m])
+        if report is None:
+            return None, None, False
+        phase = int(broadcast.phase)
+        telemetry = self.evaluators[m].take(phase)
+        last = self._last_telemetry.get(m)
+        if telemetry.count == 0 and last is not None and last.phase == phase:
+            return report, last, False
+        self._last_telemetry[m] = telemetry
+        return report, telemetry, True
+
+    def withdrawn(self, m: int) -> bool:
+        """Whether client ``m`` withdrew from the run (it answers nothing more)."""
+        return getattr(self.clients[m], "withdrawal", None) is not None
+
+    def outcome(self, m: int) -> ClientOutcome:
+        """What client ``m`` observed, with its own recommendation where it has one."""
+        return self.evaluators[m].observed.outcome(own_recommendation(self.clients[m]))
