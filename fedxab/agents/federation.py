@@ -1,17 +1,18 @@
 """The in-process federation runner: one server and M clients of a federated algorithm, no broker.
 
-It drives the sans-I/O state machines of :mod:`fedxab.algorithms.protocol` exactly as a
-deployment would, every message going through the wire codec (:mod:`fedxab.broker.codec`)::
+It drives the run's sessions (:mod:`fedxab.run.session`, the same the broker agents drive)
+exactly as a deployment would, every message going through the wire codec
+(:mod:`fedxab.broker.codec`)::
 
-    msg = server.start()
-    while msg is not Finished:
+    msg = session.start()
+    while not session.finished:
         wire = packb(msg.to_wire())                       # encoded once, sent to all M clients
-        for m in clients:
+        for m in session.active:
             b = type(msg).from_wire(unpackb(wire))        # each client decodes its copy
-            report = client_m.answer(b, evaluate_m)       # pulls f_m, one vectorized batch
-            data = packb(report.to_wire())                # client -> server
-            server.receive(m, type(report).from_wire(unpackb(data)))
-        msg = server.close_phase()
+            report, telemetry, _ = clients.answer(m, b)   # pulls f_m, one vectorized batch
+            session.classify(m, phase, packb(report.to_wire()))   # client -> server
+        session.close_phase(len(wire), len(active))      # the barrier is met: every report
+        msg = session.msg
 
 and counts, per phase (= one communication round, spec-fedpne-pfpne §4.4), the messages and
 encoded bytes down (``len(wire) x M``) and up (the sum of the reports' sizes), and the reports

@@ -1,0 +1,96 @@
+"""One run core: every runner drives fedxab.run.session, and only it talks to the server state
+machine (no second copy of the barrier, the classification or the run assembly)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fedxab.agents.distributed import run_on_broker
+from fedxab.agents.federation import run_federated
+from fedxab.broker.memory import MemoryBroker
+from fedxab.config import config_from_dict
+from fedxab.run.session import ClientSession, ServerSession
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fedxab"
+
+ONLY_IN = {
+    "receive": {"run/session.py"},  # a report reaches the state machine
+    "ready": {"run/session.py"},  # the barrier
+    "make_federation": {"run/assembly.py", "config.py"},  # a run's parts (config: validation)
+}
+"""Calls that only these modules (outside algorithms/, which defines them) may make. (Closing a
+phase is the drivers' call of ``ServerSession.close_phase``: the counts below show it.)"""
+
+
+def _calls(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names
+
+
+def test_only_the_run_core_drives_the_server_state_machine():
+    found: dict[str, set[str]] = {name: set() for name in ONLY_IN}
+    for path in PACKAGE.rglob("*.py"):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where.startswith("algorithms/"):
+            continue
+        for name in _calls(path) & set(ONLY_IN):
+            found[name].add(where)
+    assert found == ONLY_IN
+
+
+CONFIG = config_from_dict(
+    {
+        "run": {"budget": 400},
+        "objective": {"name": "garland"},
+        "algorithm": {"name": "fedpne"},
+        "federation": {"clients": 4},
+    }
+)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of the sessions' methods as a run calls them."""
+    counted: Counter[str] = Counter()
+    for cls, name in (
+        (ServerSession, "classify"),
+        (ServerSession, "barrier_met"),
+        (ServerSession, "close_phase"),
+        (ClientSession, "answer"),
+    ):
+        original = getattr(cls, name)
+
+        def wrapper(self, *args, _original=original, _name=name, **kwargs):
+            counted[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+    return counted
+
+
+def test_in_process_and_on_a_broker_the_same_sessions_do_the_work(calls):
+    in_process = run_federated(CONFIG, 0)
+    direct = dict(calls)
+    calls.clear()
+
+    async def on_broker():
+        async with MemoryBroker() as broker:
+            return await run_on_broker(CONFIG, 0, broker)
+
+    on_memory = asyncio.run(on_broker())
+    phases = in_process.communication["rounds"]
+    assert on_memory.communication["rounds"] == phases
+    # every report classified once, every client answering every phase, on both transports
+    assert direct["classify"] == calls["classify"] == 4 * phases
+    assert direct["answer"] == calls["answer"] == 4 * phases
+    assert direct["close_phase"] == calls["close_phase"] == phases
+    assert direct["barrier_met"] >= phases and calls["barrier_met"] >= phases
