@@ -172,33 +172,6 @@ def _metrics(
         endpoint.close()
 
 
-def _single_agent_callbacks(metrics, cfg, on_run_start, on_progress):
-    """Single-agent runs (no runner takes metrics): the metrics fed from the progress
-    callbacks, the run's regret and round as the progress bar shows them."""
-    if metrics is None:
-        return on_run_start, on_progress
-    from fedxab.run.identity import run_id_for
-
-    def start(index: int, total: int, run_seed: int) -> None:
-        if index > 0:
-            metrics.end_run()
-        metrics.start_run(
-            run_id=run_id_for(cfg, run_seed),
-            algorithm=cfg.algorithm.name,
-            objective=cfg.objective.name,
-            transport="inprocess",
-            clients=1,
-            budget=cfg.run.budget,
-        )
-        on_run_start(index, total, run_seed)
-
-    def progress(done: int, total: int, cum: float) -> None:
-        metrics.on_regret(t=done, cumulative=cum)
-        on_progress(done, total, cum)
-
-    return start, progress
-
-
 def _version_callback(value: bool) -> None:
     if value:
         from fedxab import __version__
@@ -470,12 +443,9 @@ def run(
         with _metrics(console, "federation", metrics_port, metrics_host, serve_after) as metrics:
             with progress:
                 if fed is None:
-                    on_run_start, on_progress = _single_agent_callbacks(
-                        metrics, cfg, on_run_start, on_progress
+                    results = run_config(
+                        cfg, on_progress, on_run_start=on_run_start, metrics=metrics
                     )
-                    results = run_config(cfg, on_progress, on_run_start=on_run_start)
-                    if metrics is not None:
-                        metrics.end_run(results.runs[-1])
                 else:
                     results = _interruptible(
                         lambda: run_job(

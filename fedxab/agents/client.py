@@ -45,7 +45,7 @@ import numpy as np
 from fedxab.agents.lobby import announce_and_watch
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_broadcast
-from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
+from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
@@ -54,7 +54,7 @@ from fedxab.run.accounting import phase_communication
 from fedxab.run.assembly import Functions, build_run, regret_known
 from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
 from fedxab.run.identity import protocol_of
-from fedxab.run.observe import ledger_epsilons, start_metrics
+from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -95,8 +95,10 @@ class ClientAgent:
         self.namespace = namespace
         self.topics = run_topics(namespace, run_id)
         self._matched = asyncio.Event()
-        self.metrics = metrics
-        self.metrics_privacy_only = metrics_privacy_only
+        observer = observer_of(metrics)
+        self.observer = PrivacyOnly(observer) if metrics_privacy_only else observer
+        """Who watches this agent's clients (its own metrics; or, ``metrics_privacy_only``,
+        only their epsilon, beside a server agent that exports the rest)."""
         self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
         self.algorithm = config.algorithm.name
@@ -180,9 +182,8 @@ class ClientAgent:
 
     def _invalid(self, why: str, text: str) -> None:
         self.counts["broadcast_invalid"] += 1
-        if self.metrics is not None and not self.metrics_privacy_only:
-            self.metrics.broadcasts_invalid.inc()
-            self.metrics.on_rejected("broadcast", why)
+        self.observer.on_broadcast_invalid()
+        self.observer.on_rejected("broadcast", why)
         log.warning("run %s: invalid broadcast (%s): %s", self.run_id, why, text)
         return None
 
@@ -200,7 +201,7 @@ class ClientAgent:
                 continue
             if report is None:  # the client withdrew earlier: nothing to send
                 continue
-            if fresh and self.metrics is not None and not self.metrics_privacy_only:
+            if fresh:
                 self._observe_telemetry(telemetry)
             unsent = self._unsent.setdefault(m, [])
             if not unsent or unsent[-1] is not telemetry:  # once per flush, however many copies
@@ -219,17 +220,18 @@ class ClientAgent:
                 self._regret[row] += float(terms.sum())
                 self._best[row, k] = min(self._best[row, k], float(terms.min()))
 
-    def _observe(self, metrics: FederationMetrics, msg: Any, sent: int, bytes_up: int) -> None:
+    def _observe(self, msg: Any, sent: int, bytes_up: int) -> None:
         """After a live broadcast: the phase as this agent saw it, and its clients' regret."""
+        observer = self.observer
         counts = phase_communication(msg, self._broadcast_bytes, sent, sent, bytes_up, sent, 0)
-        metrics.on_phase(counts, time.perf_counter() - self._opened, active=self._active())
-        metrics.on_evaluations(self._evaluations)
+        observer.on_phase(counts, time.perf_counter() - self._opened, active=self._active())
+        observer.on_evaluations(self._evaluations)
         self._evaluations = 0
         n = len(self.clients)
         used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
         known = np.isfinite(self._best).all(axis=1)
         global_known, local_known = regret_known(self.family)
-        metrics.on_regret(
+        observer.on_regret(
             t=min(used, default=0),
             cumulative=self._regret[0] / n if global_known else None,
             local=self._regret[1] / n if local_known else None,
@@ -243,12 +245,12 @@ class ClientAgent:
     def _active(self) -> int:
         return sum(not self._withdrawn(m) for m in self.clients)
 
-    def _observe_privacy(self, metrics: FederationMetrics) -> None:
+    def _observe_privacy(self) -> None:
         """The hosted clients' epsilon so far (local DP), from this agent's ledger."""
         if self.run_ledger is None:
             return
         budget = self.run_ledger.budget
-        metrics.on_privacy(
+        self.observer.on_privacy(
             ledger_epsilons(self.run_ledger, self.clients),
             budget_epsilon=None if budget is None else budget.epsilon,
             delta=self.run_ledger.delta,
@@ -331,25 +333,19 @@ class ClientAgent:
     # ------------------------------------------------------------------------------ service
     async def run(self) -> Finished:
         """Answer broadcasts until the server's :class:`Finished`; returns it."""
-        metrics = self.metrics
-        if metrics is None or self.metrics_privacy_only:
-            return await self._run()
-        from fedxab.agents.server import transport_of
-
+        observer = self.observer
         transport = transport_of(self.broker)
-        start_metrics(metrics, self.config, self.run_id, transport, len(self.clients), self.family)
-        self._observe_privacy(metrics)
+        start_run(observer, self.config, self.run_id, transport, len(self.clients), self.family)
+        self._observe_privacy()
         try:
             finished = await self._run()
         except BaseException:
-            metrics.fail_run()
+            observer.fail_run()
             raise
-        metrics.end_run()
+        observer.end_run()
         return finished
 
     async def _run(self) -> Finished:
-        metrics = self.metrics
-        full_view = metrics is not None and not self.metrics_privacy_only
         lobby = lobby_topic(self.namespace)
         await self.broker.create_topics([*self.topics.values(), lobby])
         for m in self.clients:
@@ -372,7 +368,7 @@ class ClientAgent:
                 self._matched,
             )
         )
-        answer = asyncio.create_task(self._answer_broadcasts(metrics, full_view))
+        answer = asyncio.create_task(self._answer_broadcasts())
         try:
             done, _ = await asyncio.wait({watch, answer}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done and watch.exception() is not None:
@@ -391,7 +387,7 @@ class ClientAgent:
             )
         return self.finished
 
-    async def _answer_broadcasts(self, metrics: FederationMetrics | None, full_view: bool) -> None:
+    async def _answer_broadcasts(self) -> None:
         """Answer the run's broadcasts until the server's final answer."""
         loop = asyncio.get_running_loop()
         sub = self.broker.subscribe(self.topics["broadcast"], None)
@@ -403,8 +399,7 @@ class ClientAgent:
                     continue
                 if isinstance(msg, Finished):
                     self.finished = msg
-                    if metrics is not None:
-                        self._observe_privacy(metrics)  # final: before the end markers
+                    self._observe_privacy()  # final: before the end markers
                     await self._flush_telemetry()
                     await self._send_outcomes(msg)
                     await self._close_ledger_mirror()
@@ -415,15 +410,10 @@ class ClientAgent:
                 await self._mirror_ledger()
                 if record.offset >= replay_until:
                     bytes_up = await self._send(answers, int(msg.phase))
-                    if full_view:
-                        assert metrics is not None
-                        self._observe(metrics, msg, len(answers), bytes_up)
+                    self._observe(msg, len(answers), bytes_up)
                 else:
                     self.counts["broadcasts_replayed"] += 1
-                if (
-                    metrics is not None
-                    and time.monotonic() - self._last_privacy >= metrics.privacy_interval_s
-                ):
-                    self._observe_privacy(metrics)
+                if time.monotonic() - self._last_privacy >= self.observer.privacy_interval_s:
+                    self._observe_privacy()
         finally:
             await sub.close()

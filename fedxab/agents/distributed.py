@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
-from fedxab.agents.server import ProgressCallback, ServerAgent
+from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
 from fedxab.results import RunRecord, RunResults
 from fedxab.run.assembly import Functions
 from fedxab.run.identity import run_id_for
+from fedxab.run.observe import ProgressCallback
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics

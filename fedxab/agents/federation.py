@@ -46,14 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.local import (
-    ProgressCallback,
-    RunStartCallback,
-    announce_seeds,
-    collect_results,
-    report_progress,
-    wants_details,
-)
+from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
 from fedxab.results import RunRecord, RunResults
@@ -67,7 +60,15 @@ from fedxab.run.accounting import (
 from fedxab.run.assembly import Functions, build_run
 from fedxab.run.evaluation import BudgetExceededError
 from fedxab.run.identity import run_id_for
-from fedxab.run.observe import EpsilonWatch, observe_privacy, start_metrics
+from fedxab.run.observe import (
+    PROGRESS_UPDATES,
+    EpsilonWatch,
+    ProgressCallback,
+    RunObserver,
+    observe_privacy,
+    observer_of,
+    start_run,
+)
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -76,7 +77,6 @@ __all__ = ["Federation", "run_federated", "run_federated_config"]
 
 log = logging.getLogger(__name__)
 
-_PROGRESS_UPDATES = 200
 _MAX_IDLE_PHASES = 1000
 
 
@@ -158,18 +158,16 @@ class Federation:
     # ---------------------------------------------------------------------------- the loop
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
         """Run the federation to its end; the record of regret, answer and communication."""
-        metrics = self.metrics
-        if metrics is None:
-            return self._run(progress)
-        start_metrics(metrics, self.config, self.run_id, "inprocess", self.n_clients, self.family)
+        observer = observer_of(self.metrics, progress)
+        start_run(observer, self.config, self.run_id, "inprocess", self.n_clients, self.family)
         if self.run_ledger is not None:
-            self._observe_privacy(metrics)
+            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         try:
-            record = self._run(progress)
+            record = self._run(observer)
         except BaseException:
-            metrics.fail_run()
+            observer.fail_run()
             raise
-        metrics.end_run(record)
+        observer.end_run(record)
         return record
 
     def _answer(self, broadcast_cls: type, wire: bytes, m: int) -> bytes:
@@ -184,16 +182,14 @@ class Federation:
             self.sums.add(telemetry)
         return packb(report.to_wire())
 
-    def _run(self, progress: ProgressCallback | None) -> RunRecord:
+    def _run(self, observer: RunObserver) -> RunRecord:
         session, sums = self.session, self.sums
         n_clients, budget = self.n_clients, self.budget
-        metrics = self.metrics
-        every = max(1, budget // _PROGRESS_UPDATES)
+        every = max(1, budget // PROGRESS_UPDATES)
         next_report = every
-        details = wants_details(progress)
         watch = (
             EpsilonWatch(self.run_ledger, range(n_clients))
-            if details and self.run_ledger is not None
+            if observer.wants_details and self.run_ledger is not None
             else None
         )
         running, running_local, counted = 0.0, 0.0, 0
@@ -206,12 +202,10 @@ class Federation:
             wire = packb(msg.to_wire())
             phase = session.phase
             active = session.active
-            sent = 0
             for m in active:
                 verdict = session.classify(m, phase, self._answer(type(msg), wire, m))
-                if verdict.outcome not in ("accepted", "duplicate"):
+                if verdict.outcome != "accepted":
                     raise FederationError(f"phase {phase}: {verdict.outcome}: {verdict.text}")
-                sent += 1
             sums.flush()
             if not session.barrier_met(0.0, None, 1.0):
                 raise FederationError(
@@ -221,48 +215,43 @@ class Federation:
             accepted = len(session.accepted)
             evaluations = sums.evaluations_by_phase.get(phase, 0)
             session.close_phase(len(wire), len(active))
-            comm = self.phases[-1]
             idle = idle + 1 if evaluations == 0 else 0
             if idle > _MAX_IDLE_PHASES:
                 raise FederationError(
                     f"{idle} phases in a row without any evaluation (at phase {phase}): "
                     "the algorithm does not terminate"
                 )
-            if metrics is not None:
-                metrics.on_phase(
-                    comm,
-                    time.perf_counter() - opened,
-                    active=n_clients - len(session.withdrawn),
+            observer.on_phase(
+                self.phases[-1],
+                time.perf_counter() - opened,
+                active=n_clients - len(session.withdrawn),
+            )
+            observer.on_report("accepted", accepted)
+            observer.on_evaluations(evaluations)
+            if not (observer.wants_progress or observer.wants_regret):
+                msg = session.msg
+                continue
+            done = int(sums.used.min(initial=budget, where=self._active_mask()))
+            if done >= next_report or done == budget:
+                if sums.global_sum is not None:
+                    running += float(sums.global_sum[counted:done].sum())
+                if sums.local_sum is not None:
+                    running_local += float(sums.local_sum[counted:done].sum())
+                counted = done
+                cum = running / n_clients if sums.global_sum is not None else float("nan")
+                if observer.wants_regret:
+                    self._observe_regret(observer, done, cum, running_local / n_clients)
+                if self.run_ledger is not None and observer.privacy_due():
+                    observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
+                observer.on_progress(
+                    done,
+                    budget,
+                    cum,
+                    phase=phase,
+                    evaluations=int(sums.used.sum()),
+                    epsilon=None if watch is None else watch(),
                 )
-                metrics.on_report("accepted", accepted)
-                metrics.on_report("duplicate", sent - accepted)
-                metrics.on_evaluations(evaluations)
-            if progress is not None or metrics is not None:
-                done = int(sums.used.min(initial=budget, where=self._active_mask()))
-                if done >= next_report or done == budget:
-                    if sums.global_sum is not None:
-                        running += float(sums.global_sum[counted:done].sum())
-                    if sums.local_sum is not None:
-                        running_local += float(sums.local_sum[counted:done].sum())
-                    counted = done
-                    cum = running / n_clients if sums.global_sum is not None else float("nan")
-                    if metrics is not None:
-                        self._observe_regret(metrics, done, cum, running_local / n_clients)
-                        if self.run_ledger is not None and metrics.privacy_due():
-                            self._observe_privacy(metrics)
-                    if details:
-                        report_progress(
-                            progress,  # type: ignore[arg-type]
-                            done,
-                            budget,
-                            cum,
-                            phase=phase,
-                            evaluations=int(sums.used.sum()),
-                            epsilon=None if watch is None else watch(),
-                        )
-                    elif progress is not None:
-                        progress(done, budget, cum)
-                    next_report = (done // every + 1) * every
+                next_report = (done // every + 1) * every
             msg = session.msg
         wall = time.perf_counter() - t0
 
@@ -273,9 +262,7 @@ class Federation:
         self.recommendation = record.recommendation
         return record
 
-    def _observe_regret(
-        self, metrics: FederationMetrics, done: int, cum: float, local: float
-    ) -> None:
+    def _observe_regret(self, observer: RunObserver, done: int, cum: float, local: float) -> None:
         """The regret at per-client round ``done`` (every active client got there)."""
         sums = self.sums
         global_simple = local_simple = None
@@ -283,18 +270,13 @@ class Federation:
             g, loc = sums.simple_curves(np.array([done]))
             global_simple = None if g is None else float(g[0])
             local_simple = None if loc is None else float(loc[0])
-        metrics.on_regret(
+        observer.on_regret(
             t=done,
             cumulative=cum if sums.global_sum is not None else None,
             local=local if sums.local_sum is not None else None,
             global_simple=global_simple,
             local_simple=local_simple,
         )
-
-    def _observe_privacy(self, metrics: FederationMetrics) -> None:
-        """Every client's epsilon so far, from the ledger."""
-        assert self.run_ledger is not None
-        observe_privacy(metrics, self.run_ledger, self.n_clients, self.server)
 
     @property
     def withdrawn(self) -> dict[int, Any]:

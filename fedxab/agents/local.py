@@ -29,46 +29,23 @@ from fedxab.config import Config
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord, RunResults, summarize_communication, summarize_privacy
 from fedxab.run.assembly import client_family, make_noise_model
+from fedxab.run.identity import run_id_for
+from fedxab.run.observe import PROGRESS_UPDATES, ProgressCallback, RunObserver, observer_of
 from fedxab.run.outcome import ObservedBest
 from fedxab.seeding import stream
 
 __all__ = [
-    "ProgressCallback",
     "RunStartCallback",
     "objective_info",
-    "report_progress",
     "run_config",
     "run_single",
 ]
 
 log = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[int, int, float], None]
-"""``progress(done, total, cumulative_regret)``; called at most about 200 times per run. A
-callback with a true ``details`` attribute is also given the federated runners' details as
-keywords (:func:`report_progress`)."""
-
 RunStartCallback = Callable[[int, int, int], None]
 """``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
 
-_PROGRESS_UPDATES = 200
-
-
-def wants_details(progress: ProgressCallback | None) -> bool:
-    """Whether ``progress`` takes the details keywords (its ``details`` attribute is true)."""
-    return bool(getattr(progress, "details", False))
-
-
-def report_progress(
-    progress: ProgressCallback, done: int, total: int, cum: float, **details: Any
-) -> None:
-    """``progress(done, total, cum)``, with ``details`` (``phase``: the phase just closed,
-    ``evaluations``: over all clients so far, ``epsilon``: the max over clients spent so far,
-    private runs only) as keywords if ``progress`` takes them (:func:`wants_details`)."""
-    if wants_details(progress):
-        progress(done, total, cum, **details)  # type: ignore[call-arg]
-    else:
-        progress(done, total, cum)
 
 
 def objective_info(config: Config) -> dict[str, Any]:
@@ -95,8 +72,26 @@ def objective_info(config: Config) -> dict[str, Any]:
     }
 
 
-def run_single(config: Config, seed: int, progress: ProgressCallback | None = None) -> RunRecord:
-    """Run the configured optimizer once with ``seed`` for ``config.run.budget`` rounds."""
+def run_single(
+    config: Config,
+    seed: int,
+    progress: ProgressCallback | None = None,
+    *,
+    metrics: RunObserver | None = None,
+) -> RunRecord:
+    """Run the configured optimizer once with ``seed`` for ``config.run.budget`` rounds; the
+    ``metrics`` and ``progress`` observers see its regret and round as it goes."""
+    observer = observer_of(metrics, progress)
+    try:
+        record = _run_single(config, seed, observer)
+    except BaseException:
+        observer.fail_run()
+        raise
+    observer.end_run(record)
+    return record
+
+
+def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     budget = config.run.budget
     if config.objective.is_user:
         objective = client_family(config, seed).clients[0]
@@ -115,12 +110,23 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
     known = f_star is not None
     if not known:
         log.warning("%s: optimum unknown, regret will not be recorded", objective.name)
+    observer.start_run(
+        run_id=run_id_for(config, seed),
+        algorithm=config.algorithm.name,
+        objective=config.objective.name,
+        transport="inprocess",
+        clients=1,
+        budget=budget,
+        regret_known=known,
+        local_regret_known=known,
+    )
 
     values = np.empty(budget, dtype=np.float64)  # noise-free f(x_t)
     points = np.empty((budget, config.domain.shape[0]))  # x_t
     observed = np.empty(budget, dtype=np.float64)  # y_t
-    every = max(1, budget // _PROGRESS_UPDATES)
-    next_report = every if progress is not None else budget + 1
+    every = max(1, budget // PROGRESS_UPDATES)
+    watched = observer.wants_progress or observer.wants_regret
+    next_report = every if watched else budget + 1
     running = 0.0  # cumulative regret up to round `counted`, for the progress callback only
     counted = 0
     f_ref = float(f_star) if known else 0.0
@@ -138,7 +144,9 @@ def run_single(config: Config, seed: int, progress: ProgressCallback | None = No
         if t + 1 == next_report:
             running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
             counted = t + 1
-            progress(t + 1, budget, running if known else float("nan"))  # type: ignore[misc]
+            cum = running if known else float("nan")
+            observer.on_regret(t=t + 1, cumulative=cum if known else None)
+            observer.on_progress(t + 1, budget, cum)
             next_report = min(next_report + every, budget)
     recommendation = np.asarray(opt.recommend(), dtype=np.float64).reshape(-1).copy()
     wall = time.perf_counter() - t0
@@ -170,9 +178,13 @@ def run_config(
     progress: ProgressCallback | None = None,
     *,
     on_run_start: RunStartCallback | None = None,
+    metrics: RunObserver | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results."""
-    runs = [run_single(config, seed, progress) for seed in announce_seeds(config, on_run_start)]
+    runs = [
+        run_single(config, seed, progress, metrics=metrics)
+        for seed in announce_seeds(config, on_run_start)
+    ]
     return collect_results(config, runs)
 
 

@@ -49,9 +49,8 @@ import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.lobby import refuse_strangers
-from fedxab.agents.local import report_progress, wants_details
 from fedxab.algorithms.protocol import Finished
-from fedxab.broker.base import Broker, Record, lobby_topic, run_topics
+from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
@@ -62,7 +61,13 @@ from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_p
 from fedxab.run.assembly import build_run
 from fedxab.run.evaluation import Telemetry
 from fedxab.run.identity import protocol_of
-from fedxab.run.observe import EpsilonWatch, observe_privacy, start_metrics
+from fedxab.run.observe import (
+    EpsilonWatch,
+    ProgressCallback,
+    observe_privacy,
+    observer_of,
+    start_run,
+)
 from fedxab.run.outcome import ClientOutcome
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
@@ -70,24 +75,12 @@ from fedxab.security.signing import Opened, SignatureError
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
 
-__all__ = ["RunConflictError", "ServerAgent", "transport_of"]
+__all__ = ["RunConflictError", "ServerAgent"]
 
 log = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[int, int, float], None]
-
-
 class RunConflictError(FedxabError, RuntimeError):
     """The run's topics already hold another start of the same run."""
-
-
-def transport_of(broker: Broker) -> str:
-    """The transport's name for the metrics' run info: ``memory``, ``kafka``, ... (a wrapper
-    such as :class:`~fedxab.broker.faults.FaultyBroker` names what it wraps)."""
-    inner = getattr(broker, "inner", None)
-    if isinstance(inner, Broker):
-        return transport_of(inner)
-    return type(broker).__name__.lower().removesuffix("broker") or "broker"
 
 
 class ServerAgent:
@@ -109,7 +102,8 @@ class ServerAgent:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
         self.config = config
-        self.metrics = metrics
+        self.observer = observer_of(metrics, progress)
+        """Who watches the run (metrics, progress): :mod:`fedxab.run.observe`."""
         self.seed = seed
         self.broker = broker
         self.run_id = run_id
@@ -121,8 +115,6 @@ class ServerAgent:
         self.group = f"{namespace}.{run_id}.server"
         """The server's consumer group on the report topic (one per run)."""
         self.settings = config.agents
-        self.progress = progress
-        self._epsilon_watch: EpsilonWatch | None = None
         self.n_clients = config.federation.clients
         self.signer = signer_for(config)  # None unless [security] sign = true
         self.budget = config.run.budget
@@ -136,6 +128,9 @@ class ServerAgent:
         self.family = self.run_session.family  # None: the clients' own objectives
         self.sums = self.run_session.sums
         self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
+        clients = range(self.n_clients)
+        ledger = self.run_ledger
+        self._epsilon_watch = None if ledger is None else EpsilonWatch(ledger, clients)
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.counts: Counter[str] = Counter()
         self.rejected: Counter[tuple[str, str]] = Counter()
@@ -171,18 +166,15 @@ class ServerAgent:
 
     # ----------------------------------------------------------------------------- messages
     def _count(self, name: str) -> None:
-        """Count one event in :attr:`counts` and in the metrics (if any)."""
+        """Count one event in :attr:`counts` and tell the observer."""
         self.counts[name] += 1
-        metrics = self.metrics
-        if metrics is None:
-            return
         where, _, what = name.partition("_")
         if where == "report":
-            metrics.on_report(what)
+            self.observer.on_report(what)
         elif where == "control":
-            metrics.on_control(what)
+            self.observer.on_control(what)
         elif name == "broadcast_repeated":
-            metrics.broadcasts_repeated.inc()
+            self.observer.on_broadcast_repeated()
 
     def _reject(self, outcome: str, why: str, text: str, where: str = "report") -> None:
         """Count a rejected message (``outcome`` invalid or late, for ``why``) and log one line:
@@ -190,8 +182,7 @@ class ServerAgent:
         e.g. after a repeated broadcast)."""
         self._count(f"{where}_{outcome}")
         self.rejected[where, why] += 1
-        if self.metrics is not None:
-            self.metrics.on_rejected(where, why)
+        self.observer.on_rejected(where, why)
         level = logging.WARNING if outcome == "invalid" else logging.INFO
         log.log(level, "run %s: %s %s (%s): %s", self.run_id, outcome, where, why, text)
 
@@ -251,8 +242,7 @@ class ServerAgent:
         if verdict.outcome == "duplicate":
             log.info("run %s: duplicate report of %s", self.run_id, verdict.text)
             return
-        if self.metrics is not None:
-            self.metrics.phase_reports.set(len(self.run_session.accepted))
+        self.observer.on_phase_reports(len(self.run_session.accepted))
         self._wakeup.set()
 
     def on_control(self, record: Record) -> None:
@@ -295,14 +285,11 @@ class ServerAgent:
         """Fresh telemetry: the live regret sums (display and metrics)."""
         if telemetry.global_terms is not None:
             self.live_regret += float(telemetry.global_terms.sum())
-        metrics = self.metrics
-        if metrics is None:
-            return
         if telemetry.local_terms is not None:
             self.live_local_regret += float(telemetry.local_terms.sum())
-        metrics.on_evaluations(telemetry.count)
+        self.observer.on_evaluations(telemetry.count)
         sums = self.sums
-        metrics.on_regret(
+        self.observer.on_regret(
             cumulative=self.live_regret / self.n_clients if sums.global_sum is not None else None,
             local=self.live_local_regret / self.n_clients if sums.local_sum is not None else None,
         )
@@ -369,8 +356,7 @@ class ServerAgent:
             self.checkpoint.session = self.session
         for closed in closed_phases:
             self.run_session.restore(closed)
-            if self.metrics is not None:  # a new process: its counters count these phases too
-                self.metrics.on_phase(self.phases[-1])
+            self.observer.on_phase(self.phases[-1])  # a new process counts these phases too
         msg = self.run_session.msg
         if self.checkpoint.phases:
             log.info(
@@ -412,44 +398,30 @@ class ServerAgent:
         counts = self.phases[-1]
         msg = self.run_session.msg
         await self._mirror_ledger()
-        if self.metrics is not None:
-            self._observe_phase(self.metrics, counts, time.perf_counter() - opened)
-        if self.progress is not None:
-            done = int(self.sums.used.min())
-            cum = self.live_regret / self.n_clients
-            if wants_details(self.progress):
-                if self._epsilon_watch is None and self.run_ledger is not None:
-                    self._epsilon_watch = EpsilonWatch(self.run_ledger, range(self.n_clients))
-                watch = self._epsilon_watch
-                report_progress(
-                    self.progress,
-                    done,
-                    self.budget,
-                    cum,
-                    phase=int(counts.phase),
-                    evaluations=int(self.sums.used.sum()),
-                    epsilon=None if watch is None else watch(),
-                )
-            else:
-                self.progress(done, self.budget, cum)
+        self._observe_phase(counts, time.perf_counter() - opened)
         return msg
 
-    def _observe_phase(
-        self, metrics: FederationMetrics, counts: PhaseCommunication, duration: float
-    ) -> None:
+    def _observe_phase(self, counts: PhaseCommunication, duration: float) -> None:
+        """A phase closed: its counts, the round every active client reached, epsilon when
+        due, and the progress."""
+        observer = self.observer
         gone = self.left.difference(self.run_session.withdrawn)
-        metrics.on_phase(counts, duration, active=self.active - len(gone))
-        metrics.phase_reports.set(0)
+        observer.on_phase(counts, duration, active=self.active - len(gone))
+        observer.on_phase_reports(0)
         still = np.ones(self.n_clients, dtype=bool)
         still[list(self.run_session.withdrawn)] = False
-        metrics.on_regret(t=int(self.sums.used.min(initial=self.budget, where=still)))
-        if self.run_ledger is not None and metrics.privacy_due():
-            self._observe_privacy(metrics)
-
-    def _observe_privacy(self, metrics: FederationMetrics) -> None:
-        """Central DP: every client's epsilon so far, from the server's own ledger."""
-        assert self.run_ledger is not None
-        observe_privacy(metrics, self.run_ledger, self.n_clients, self.server)
+        observer.on_regret(t=int(self.sums.used.min(initial=self.budget, where=still)))
+        if self.run_ledger is not None and observer.privacy_due():
+            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
+        watch = self._epsilon_watch if observer.wants_details else None
+        observer.on_progress(
+            int(self.sums.used.min()),
+            self.budget,
+            self.live_regret / self.n_clients,
+            phase=int(counts.phase),
+            evaluations=int(self.sums.used.sum()),
+            epsilon=None if watch is None else watch(),
+        )
 
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic,
@@ -546,19 +518,17 @@ class ServerAgent:
 
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""
-        metrics = self.metrics
-        if metrics is None:
-            return await self._run()
+        observer = self.observer
         transport = transport_of(self.broker)
-        start_metrics(metrics, self.config, self.run_id, transport, self.n_clients, self.family)
+        start_run(observer, self.config, self.run_id, transport, self.n_clients, self.family)
         if self.run_ledger is not None:
-            self._observe_privacy(metrics)
+            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         try:
             record = await self._run()
         except BaseException:
-            metrics.fail_run()
+            observer.fail_run()
             raise
-        metrics.end_run(record)
+        observer.end_run(record)
         return record
 
     async def _run(self) -> RunRecord:
@@ -604,13 +574,12 @@ class ServerAgent:
         """One last update of a detailed progress display, once the telemetry and the ledger
         are in: the clients' reports of their evaluations (and, local DP, their releases)
         arrive after the phases, so only now are the rounds, evaluations and epsilon known."""
-        if self.progress is None or not wants_details(self.progress):
+        if not self.observer.wants_details:
             return
         still = np.ones(self.n_clients, dtype=bool)
         still[list(self.run_session.withdrawn)] = False
         cum = record.cumulative_regret
-        report_progress(
-            self.progress,
+        self.observer.on_progress(
             int(self.sums.used.min(initial=self.budget, where=still)),
             self.budget,
             float(cum[-1]) if cum is not None and cum.size else float("nan"),
@@ -646,10 +615,9 @@ class ServerAgent:
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
             self.rejected.update({("ledger", why): n for why, n in rebuilt.reasons.items()})
-            if self.metrics is not None and rebuilt.skipped:
-                self.metrics.ledger_invalid.inc(rebuilt.skipped)
-                for why, n in rebuilt.reasons.items():
-                    self.metrics.on_rejected("ledger", why, n)
+            self.observer.on_ledger_invalid(rebuilt.skipped)
+            for why, n in rebuilt.reasons.items():
+                self.observer.on_rejected("ledger", why, n)
             return run_ledger.block(range(self.n_clients), stopped)
         finally:
             run_ledger.close()

@@ -159,3 +159,12 @@ class Broker(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def transport_of(broker: Broker) -> str:
+    """The transport's name for the metrics' run info: ``memory``, ``kafka``, ... (a wrapper
+    such as :class:`~fedxab.broker.faults.FaultyBroker` names what it wraps)."""
+    inner = getattr(broker, "inner", None)
+    if isinstance(inner, Broker):
+        return transport_of(inner)
+    return type(broker).__name__.lower().removesuffix("broker") or "broker"

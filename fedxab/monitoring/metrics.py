@@ -93,6 +93,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fedxab.run.observe import RunObserver
 from fedxab.security.signing import SIGNATURE_REASONS
 
 __all__ = [
@@ -263,14 +264,17 @@ METRICS: dict[str, str] = {
 }
 
 
-class FederationMetrics:
-    """The metrics of one process's view of a federation, in a registry of its own.
+class FederationMetrics(RunObserver):
+    """The metrics of one process's view of a federation, in a registry of its own: a run
+    observer (:class:`~fedxab.run.observe.RunObserver`) whose hooks set Prometheus series.
 
     ``role`` is that view: ``"federation"`` (every party in this process: ``fedxab run``),
     ``"server"`` (a server agent) or ``"client"`` (a client agent: its own clients only).
     ``privacy_interval_s`` is the least time between two privacy updates during a run
     (:meth:`privacy_due`; recomputing epsilon asks the accountant).
     """
+
+    wants_regret = True
 
     def __init__(self, *, role: str = "federation", privacy_interval_s: float = 1.0) -> None:
         from fedxab import __version__
@@ -420,6 +424,20 @@ class FederationMetrics:
             self.phase_duration.observe(duration_s)
         if active is not None:
             self.clients_active.set(active)
+
+    def on_phase_reports(self, n: int) -> None:
+        """``n`` reports accepted so far in the open phase."""
+        self.phase_reports.set(n)
+
+    def on_broadcast_repeated(self) -> None:
+        self.broadcasts_repeated.inc()
+
+    def on_broadcast_invalid(self) -> None:
+        self.broadcasts_invalid.inc()
+
+    def on_ledger_invalid(self, n: int) -> None:
+        if n:
+            self.ledger_invalid.inc(n)
 
     def on_evaluations(self, n: int) -> None:
         """``n`` more evaluations (all clients of the view together)."""

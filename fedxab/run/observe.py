@@ -1,8 +1,24 @@
-"""Observing a run as it goes, the same for every runner: metrics at the start, every client's
-epsilon from the ledger, the max epsilon for progress displays."""
+"""Observing a run as it goes, the same for every runner.
+
+A runner is given one :class:`RunObserver` and calls its hooks unconditionally: the base class
+is the null observer (every hook does nothing), :class:`~fedxab.monitoring.metrics.
+FederationMetrics` is the Prometheus one, :class:`ProgressObserver` feeds a progress display,
+:class:`Observers` several at once and :class:`PrivacyOnly` passes on the privacy hooks only
+(client agents beside a server agent that exports the rest). :func:`observer_of` builds one
+from the runners' ``metrics`` and ``progress`` arguments, like Optuna's callbacks: the runners
+never branch on whether someone is watching, only on what the observer asks for
+(:attr:`RunObserver.wants_progress`, :meth:`RunObserver.privacy_due`), to skip work nobody
+reads.
+
+The helpers compute what observers are told: every client's epsilon from the ledger
+(:func:`observe_privacy`), the run's start (:func:`start_run`), the max epsilon for progress
+displays (:class:`EpsilonWatch`).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedxab.run.accounting import stopped_phases
@@ -10,20 +26,202 @@ from fedxab.run.assembly import regret_known
 
 if TYPE_CHECKING:
     from fedxab.config import Config
-    from fedxab.monitoring.metrics import FederationMetrics
     from fedxab.objectives.families import ClientFamily
     from fedxab.privacy.run_ledger import RunLedger
 
-__all__ = ["EpsilonWatch", "ledger_epsilons", "observe_privacy", "start_metrics"]
+__all__ = [
+    "PROGRESS_UPDATES",
+    "EpsilonWatch",
+    "Observers",
+    "PrivacyOnly",
+    "ProgressCallback",
+    "ProgressObserver",
+    "RunObserver",
+    "ledger_epsilons",
+    "observe_privacy",
+    "observer_of",
+    "start_run",
+]
+
+PROGRESS_UPDATES = 200
+"""About how many times a run reports its progress."""
+
+ProgressCallback = Callable[..., None]
+"""``progress(done, total, cumulative_regret)``; a callback with a true ``details`` attribute
+is also given ``phase``, ``evaluations`` and ``epsilon`` as keywords."""
+
+
+class RunObserver:
+    """What watches a run; every hook does nothing here (the null observer)."""
+
+    wants_progress = False
+    """Whether :meth:`on_progress` is used (runners skip computing progress otherwise)."""
+    wants_details = False
+    """Whether :meth:`on_progress` shows the details: the phase, the evaluations and epsilon
+    (recomputed from the ledger: costly)."""
+    wants_regret = False
+    """Whether :meth:`on_regret` is used during the run (the simple regret costs a little)."""
+    privacy_interval_s = math.inf
+    """The least time between two :meth:`on_privacy` updates a runner should send during a run
+    (recomputing epsilon asks the accountant); never, here."""
+
+    def start_run(self, **info: Any) -> None:
+        """A run starts: ``run_id``, ``algorithm``, ``objective``, ``transport``, ``clients``,
+        ``budget``, ``regret_known``, ``local_regret_known``."""
+
+    def end_run(self, record: Any | None = None) -> None:
+        """The run finished (with its record, where this party has one)."""
+
+    def fail_run(self) -> None:
+        """The run stopped with an error or was interrupted."""
+
+    def on_phase(self, counts: Any, duration_s: float | None = None, *, active: int | None = None):
+        """A phase closed (``duration_s`` None: replayed from a checkpoint)."""
+
+    def on_phase_reports(self, n: int) -> None:
+        """``n`` reports accepted so far in the open phase."""
+
+    def on_evaluations(self, n: int) -> None:
+        """``n`` more evaluations."""
+
+    def on_report(self, outcome: str, n: int = 1) -> None:
+        """``n`` reports classified ``outcome`` (accepted, duplicate, late, invalid)."""
+
+    def on_rejected(self, topic: str, reason: str, n: int = 1) -> None:
+        """``n`` messages of ``topic`` refused for ``reason``."""
+
+    def on_control(self, kind: str) -> None:
+        """One control message of ``kind``."""
+
+    def on_broadcast_repeated(self) -> None:
+        """The server published a phase (or the final answer) again."""
+
+    def on_broadcast_invalid(self) -> None:
+        """A client agent refused a record of the broadcast topic."""
+
+    def on_ledger_invalid(self, n: int) -> None:
+        """``n`` ledger records refused while rebuilding a ledger."""
+
+    def on_regret(self, **regret: float | None) -> None:
+        """The regret so far (``t``, ``cumulative``, ``local``, ``global_simple``,
+        ``local_simple``; a value left None is unchanged)."""
+
+    def privacy_due(self) -> bool:
+        """Whether the clients' epsilon should be recomputed now for :meth:`on_privacy`."""
+        return False
+
+    def on_privacy(
+        self,
+        epsilon: Mapping[int, float],
+        *,
+        budget_epsilon: float | None,
+        delta: float | None,
+        withdrawn: Iterable[int] = (),
+        replace: bool = False,
+    ) -> None:
+        """The epsilon each client has spent so far, and the clients whose releases stopped."""
+
+    def on_progress(self, done: int, total: int, cum: float, **details: Any) -> None:
+        """``done`` of ``total`` per-client rounds, the cumulative regret so far; ``details``:
+        ``phase``, ``evaluations``, ``epsilon``."""
+
+
+class ProgressObserver(RunObserver):
+    """A progress callback (:data:`ProgressCallback`) as an observer."""
+
+    wants_progress = True
+
+    def __init__(self, callback: ProgressCallback) -> None:
+        self.callback = callback
+        self.details = bool(getattr(callback, "details", False))
+        self.wants_details = self.details
+
+    def on_progress(self, done: int, total: int, cum: float, **details: Any) -> None:
+        if self.details:
+            self.callback(done, total, cum, **details)
+        else:
+            self.callback(done, total, cum)
+
+
+class Observers(RunObserver):
+    """Several observers as one: every hook goes to each, in order."""
+
+    def __init__(self, observers: Iterable[RunObserver]) -> None:
+        self.observers = list(observers)
+        self.wants_progress = any(o.wants_progress for o in self.observers)
+        self.wants_details = any(o.wants_details for o in self.observers)
+        self.wants_regret = any(o.wants_regret for o in self.observers)
+        intervals = [o.privacy_interval_s for o in self.observers]
+        self.privacy_interval_s = min(intervals, default=math.inf)
+
+    def privacy_due(self) -> bool:
+        return any(o.privacy_due() for o in self.observers)
+
+
+def _forward(name: str) -> Callable[..., None]:
+    def hook(self: Observers, *args: Any, **kwargs: Any) -> None:
+        for observer in self.observers:
+            getattr(observer, name)(*args, **kwargs)
+
+    hook.__name__ = name
+    hook.__doc__ = getattr(RunObserver, name).__doc__
+    return hook
+
+
+for _name in (
+    "start_run",
+    "end_run",
+    "fail_run",
+    "on_phase",
+    "on_phase_reports",
+    "on_evaluations",
+    "on_report",
+    "on_rejected",
+    "on_control",
+    "on_broadcast_repeated",
+    "on_broadcast_invalid",
+    "on_ledger_invalid",
+    "on_regret",
+    "on_privacy",
+    "on_progress",
+):
+    setattr(Observers, _name, _forward(_name))
+
+
+class PrivacyOnly(RunObserver):
+    """Only the privacy hooks of ``inner``: a client agent's clients' epsilon during the run,
+    into metrics whose other values a server agent of the same process sets."""
+
+    def __init__(self, inner: RunObserver) -> None:
+        self.inner = inner
+        self.privacy_interval_s = inner.privacy_interval_s
+
+    def privacy_due(self) -> bool:
+        return self.inner.privacy_due()
+
+    def on_privacy(self, epsilon: Mapping[int, float], **kwargs: Any) -> None:
+        self.inner.on_privacy(epsilon, **kwargs)
+
+
+def observer_of(
+    metrics: RunObserver | None = None, progress: ProgressCallback | None = None
+) -> RunObserver:
+    """The one observer of a runner given optional ``metrics`` and a ``progress`` callback."""
+    observers = [o for o in (metrics,) if o is not None]
+    if progress is not None:
+        observers.append(ProgressObserver(progress))
+    if not observers:
+        return RunObserver()
+    return observers[0] if len(observers) == 1 else Observers(observers)
 
 
 def observe_privacy(
-    metrics: FederationMetrics, run_ledger: RunLedger, n_clients: int, server: Any
+    observer: RunObserver, run_ledger: RunLedger, n_clients: int, server: Any
 ) -> None:
-    """Give ``metrics`` every client's epsilon so far (from ``run_ledger``), the budget, delta
+    """Tell ``observer`` every client's epsilon so far (from ``run_ledger``), the budget, delta
     and the clients whose releases stopped."""
     budget = run_ledger.budget
-    metrics.on_privacy(
+    observer.on_privacy(
         ledger_epsilons(run_ledger, range(n_clients)),
         budget_epsilon=None if budget is None else budget.epsilon,
         delta=run_ledger.delta,
@@ -31,18 +229,18 @@ def observe_privacy(
     )
 
 
-def start_metrics(
-    metrics: FederationMetrics,
+def start_run(
+    observer: RunObserver,
     config: Config,
     run_id: str,
     transport: str,
     clients: int,
     family: ClientFamily | None,
 ) -> None:
-    """Tell ``metrics`` that run ``run_id`` of ``config`` starts, seen by a party that observes
+    """Tell ``observer`` that run ``run_id`` of ``config`` starts, seen by a party that observes
     ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
     global_known, local_known = regret_known(family)
-    metrics.start_run(
+    observer.start_run(
         run_id=run_id,
         algorithm=config.algorithm.name,
         objective=config.objective.name,

@@ -421,3 +421,32 @@ def test_server_and_client_processes_on_kafka_serve_their_own_views(tmp_path, de
         assert get(s, "fedxab_epsilon_max") == max(own)
         assert get(s, "fedxab_client_epsilon_gcount") == len(own)
         assert get(s, "fedxab_reports_total", outcome="accepted") == 0  # the server's view only
+
+
+def test_a_single_agent_run_feeds_its_metrics_through_the_same_observer():
+    """HCT alone: the metrics follow the run (round, regret) and end equal to its record."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fedxab.agents.local import run_single
+
+    def values() -> dict[str, float]:
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(metrics.exposition())
+            for s in family.samples
+            if not s.labels
+        }
+
+    config = config_from_dict(
+        {"run": {"budget": 600}, "objective": {"name": "garland"}, "algorithm": {"name": "hct"}}
+    )
+    metrics = FederationMetrics()
+    rounds: list[float] = []
+    record = run_single(
+        config, 0, lambda done, total, cum: rounds.append(values()["fedxab_round"]), metrics=metrics
+    )
+    assert rounds[-1] == 600 and len(rounds) >= 100  # the round moved with the progress
+    end = values()
+    assert end["fedxab_cumulative_regret"] == record.final_cumulative_regret
+    assert end["fedxab_simple_regret"] == record.simple_regret
+    assert end["fedxab_runs_started_total"] == 1 and end["fedxab_run_running"] == 0
