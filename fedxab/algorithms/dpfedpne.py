@@ -44,9 +44,8 @@ from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants
 from fedxab.errors import ConfigError
-from fedxab.privacy.gate import ReleaseGate
-from fedxab.privacy.ledger import PrivacyBudgetExceeded
 from fedxab.privacy.mechanisms import GaussianMechanism, PrivacyEvent
+from fedxab.privacy.release import PrivacyBudgetExceeded, ReleaseGate
 from fedxab.seeding import stream
 from fedxab.validation import check_choice
 

@@ -80,9 +80,8 @@ from fedxab.algorithms.rff import FeatureFunction, RandomFeatures, WeightPosteri
 from fedxab.algorithms.subregions import SubRegions
 from fedxab.domain import as_domain
 from fedxab.errors import ConfigError, ProtocolError
-from fedxab.privacy.gate import ReleaseGate
-from fedxab.privacy.ledger import PrivacyBudgetExceeded
 from fedxab.privacy.mechanisms import PrivacyEvent, clip_l2
+from fedxab.privacy.release import PrivacyBudgetExceeded, ReleaseGate
 from fedxab.seeding import stream
 from fedxab.validation import check_choice, check_positive, check_positive_int
 

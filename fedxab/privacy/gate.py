@@ -5,7 +5,8 @@ DESIGN.md (Privacy): **before** a release, the client checks that it keeps it wi
 :class:`~fedxab.privacy.ledger.PrivacyBudgetExceeded`); the release is recorded in the ledger
 before the released value leaves the client, so a crash after the record over-counts (safe) and
 never under-counts. The algorithm client (sans-I/O) only sees the two calls of
-:class:`ReleaseGate`; the runner or the client agent gives it a :class:`LedgerGate`.
+:class:`~fedxab.privacy.release.ReleaseGate`; the runner or the client agent gives it a
+:class:`LedgerGate`.
 
 Records made through a gate are also kept in :attr:`LedgerGate.outbox` until the transport takes
 them (:meth:`LedgerGate.drain`): the client agent mirrors them to the run's ``ledger`` topic.
@@ -13,24 +14,10 @@ them (:meth:`LedgerGate.drain`): the client agent mirrors them to the run's ``le
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
 
-__all__ = ["LedgerGate", "ReleaseGate"]
-
-
-class ReleaseGate(Protocol):
-    """What a private algorithm client calls around each release."""
-
-    def admit(self, phase: int, event: PrivacyEvent) -> None:
-        """Raise PrivacyBudgetExceeded if releasing ``event`` would exceed the budget."""
-        ...
-
-    def record(self, phase: int, event: PrivacyEvent) -> None:
-        """Record the release of ``event`` in phase ``phase`` (before it is sent)."""
-        ...
+__all__ = ["LedgerGate"]
 
 
 class LedgerGate:

@@ -44,6 +44,7 @@ from pathlib import Path
 from fedxab.errors import ConfigError, FedxabError
 from fedxab.privacy.accountants import check_event, make_accountant
 from fedxab.privacy.mechanisms import PrivacyEvent
+from fedxab.privacy.release import PrivacyBudgetExceeded
 from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
@@ -84,10 +85,6 @@ History = tuple[PrivacyEvent, ...]
 
 class LedgerError(FedxabError, RuntimeError):
     """The ledger file is not a ledger, is corrupted, or a record would rewrite history."""
-
-
-class PrivacyBudgetExceeded(FedxabError, RuntimeError):
-    """A release would take a client over its privacy budget; nothing was released."""
 
 
 @dataclass(frozen=True)
