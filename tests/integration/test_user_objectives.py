@@ -9,6 +9,7 @@ what each client observed (best value, where, and its best-so-far curve).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -364,3 +365,56 @@ def test_every_federated_algorithm_takes_users_functions_on_every_transport(site
     used = [c.evaluations for c in runs[0].clients]
     withdrawn = (runs[0].privacy or {}).get("withdrawn", {})
     assert all(n == 60 for m, n in enumerate(used) if str(m) not in withdrawn), used
+
+
+def test_the_python_api_on_the_dev_broker(sites, expected, dev_broker):
+    """fedxab.federate with every agent in this process on Kafka (signing off: no keys here)."""
+    results = fedxab.federate(
+        sites.SITES,
+        DOMAIN,
+        budget=BUDGET,
+        broker=dev_broker.url,
+        sections={
+            "broker": {"namespace": f"api{uuid.uuid4().hex[:8]}"},
+            "security": {"sign": False},
+        },
+    )
+    assert without_time(results.runs[0].to_dict()) == expected
+
+
+def test_parties_with_their_own_ledger_and_accountant_meet_and_finish(tmp_path, sites):
+    """DP-Fed-PNE: the server and the clients keep their own [privacy] settings (ledger file,
+    accountant, budget) and [agents] timings: the same run id, a finished run, the clients'
+    releases in the clients' ledger file."""
+    from fedxab.agents.client import ClientAgent
+    from fedxab.agents.server import ServerAgent
+    from fedxab.broker.memory import MemoryBroker
+
+    common = {"clients": 3, "budget": 300, "algorithm": "dpfedpne"}
+    params = {"epsilon": 0.8, "privacy_delta": 0.01}
+    server_config = fedxab.make_config(DOMAIN, params=params, **common)
+    client_config = fedxab.make_config(
+        DOMAIN,
+        params=params,
+        sections={
+            "privacy": {"ledger": str(tmp_path / "site.sqlite"), "accountant": "moments"},
+            "agents": {"heartbeat_s": 0.5, "telemetry_interval_s": 0.2},
+        },
+        **common,
+    )
+    run_id = run_id_for(server_config, 0)
+    assert run_id_for(client_config, 0) == run_id
+
+    async def run():
+        async with MemoryBroker() as broker:
+            server = ServerAgent(server_config, 0, broker, run_id=run_id)
+            clients = ClientAgent(
+                client_config, 0, broker, run_id=run_id, client_ids=[0, 1, 2], functions=sites.SITES
+            )
+            record, _ = await asyncio.wait_for(asyncio.gather(server.run(), clients.run()), 60)
+            return record
+
+    record = asyncio.run(run())
+    assert record.evaluations == 3 * 300
+    assert (tmp_path / "site.sqlite").stat().st_size > 0
+    assert record.privacy is not None and len(record.privacy["releases"]) == 3
