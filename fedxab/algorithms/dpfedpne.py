@@ -18,7 +18,7 @@ privacy ledger; ``composition`` says how the ledger combines them:
   reads again (e.g. a client's landmine field behind each validation AUC): then the phases do
   not touch disjoint data.
 
-With a :class:`~fedxab.privacy.gate.ReleaseGate` (``client.gate``), the client asks the ledger
+With a :class:`~fedxab.privacy.release.ReleaseGate` (``client.gate``), the client asks the ledger
 before pulling for a phase it would release and records the release before it is sent; a refused
 release (over budget) makes it withdraw from the run
 (:class:`~fedxab.algorithms.protocol.Withdrawal`).

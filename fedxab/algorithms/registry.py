@@ -87,7 +87,7 @@ FEDERATED: dict[str, tuple[type, type]] = {
 
 PRIVATE = {"dpfedpne": "client", "dpftsde": "server"}
 """Federated algorithms that release privacy events (they take a ``[privacy]`` section), and who
-releases: each client (local DP: every client gets a :class:`~fedxab.privacy.gate.ReleaseGate`)
+releases: each client (local DP: every client gets a :class:`~fedxab.privacy.release.ReleaseGate`)
 or the trusted server (central DP: the server gets one gate per client, ``server.gates``)."""
 
 WIRE_TYPES: dict[str, tuple[type, type]] = {

@@ -2,7 +2,7 @@
 
 DESIGN.md (Privacy): **before** a release, the client checks that it keeps it within its budget
 (:meth:`~fedxab.privacy.ledger.PrivacyLedger.check_release`, which raises
-:class:`~fedxab.privacy.ledger.PrivacyBudgetExceeded`); the release is recorded in the ledger
+:class:`~fedxab.privacy.release.PrivacyBudgetExceeded`); the release is recorded in the ledger
 before the released value leaves the client, so a crash after the record over-counts (safe) and
 never under-counts. The algorithm client (sans-I/O) only sees the two calls of
 :class:`~fedxab.privacy.release.ReleaseGate`; the runner or the client agent gives it a

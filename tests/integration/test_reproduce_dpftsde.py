@@ -309,7 +309,7 @@ def test_tiny_landmine_run_reports_best_auc(tmp_path, monkeypatch):
 def test_pilot_times_one_entry_per_algorithm_with_fewer_clients(
     name, calls, expected, tmp_path, monkeypatch
 ):
-    import fedxab.reproduce as reproduce
+    import fedxab.reproduce.plan as planning
 
     seen = []
 
@@ -319,9 +319,9 @@ def test_pilot_times_one_entry_per_algorithm_with_fewer_clients(
         seen.append(clients)
         return 1.0, 2.0 * clients + 0.01 * clients**2  # setup, run
 
-    monkeypatch.setattr(reproduce, "_timed", fake_timed)
+    monkeypatch.setattr(planning, "_timed", fake_timed)
     plan = make_plan(name, output=tmp_path, validate=False)
-    timings = reproduce.pilot(plan)
+    timings = planning.pilot(plan)
     assert seen == calls  # dpftsde, ftsde, ts: one timed entry each
     assert set(timings) == {pe.entry.key for pe in plan.entries}
     for timing in timings.values():
