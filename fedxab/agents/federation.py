@@ -39,7 +39,6 @@ Every client must use exactly its budget T; anything else is an algorithm bug an
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -137,11 +136,7 @@ class Federation:
     @property
     def phases(self) -> list[PhaseCommunication]:
         """The closed phases, each with the evaluations its clients made."""
-        by_phase = self.sums.evaluations_by_phase
-        return [
-            dataclasses.replace(p, evaluations=by_phase.get(p.phase, 0))
-            for p in self.session.phases
-        ]
+        return [self.session.counted(p) for p in self.session.phases]
 
     @property
     def used(self) -> np.ndarray:
@@ -222,7 +217,7 @@ class Federation:
                     "the algorithm does not terminate"
                 )
             observer.on_phase(
-                self.phases[-1],
+                session.counted(session.phases[-1]),
                 time.perf_counter() - opened,
                 active=n_clients - len(session.withdrawn),
             )

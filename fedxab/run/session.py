@@ -204,6 +204,11 @@ class ServerSession:
         """What a client observed of its own objective (idempotent)."""
         self.outcomes[outcome.client] = outcome
 
+    def counted(self, phase: PhaseCommunication) -> PhaseCommunication:
+        """``phase`` with the evaluations its clients made (from the telemetry so far)."""
+        made = self.sums.evaluations_by_phase.get(phase.phase, 0)
+        return dataclasses.replace(phase, evaluations=made)
+
     def expected_use(self) -> np.ndarray:
         """Evaluations each client must have made at the end (:func:`expected_use`)."""
         return expected_use(self.n_clients, self.budget, self.withdrawn)
@@ -215,10 +220,7 @@ class ServerSession:
             raise FedxabError("the run is not finished: no record yet")
         sums = self.sums
         sums.flush()
-        phases = [
-            dataclasses.replace(p, evaluations=sums.evaluations_by_phase.get(p.phase, 0))
-            for p in self.phases
-        ]
+        phases = [self.counted(p) for p in self.phases]
         recommendation = np.asarray(finished.recommendation, dtype=np.float64).reshape(-1).copy()
         return federated_record(
             self.seed,
