@@ -5,8 +5,6 @@ the results are reproducible from the seed, and that only summary statistics tra
 message of a run is decoded and inspected for raw rewards.
 """
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from fts_settings import CHEAP_FTS, CHEAP_TS
@@ -23,7 +21,6 @@ PARAMS = {
     "ts": CHEAP_TS,
 }
 BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80}  # one evaluation per round: keep them short
-LANDMINE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"
 
 
 def _config(
@@ -54,15 +51,6 @@ def test_pfpne_on_input_shifts_and_himmelblau():
     rec = Federation(_config("pfpne", objective="himmelblau", heterogeneity="shift"), 1).run()
     assert rec.local_cumulative_regret is not None
     assert rec.local_cumulative_regret[-1] >= 0
-
-
-@pytest.fixture
-def landmine(monkeypatch):
-    """The landmine data of ../shared/data (skip without it or without scikit-learn)."""
-    if not (LANDMINE / "LandmineData.mat").exists():
-        pytest.skip("landmine data not found next to the repository (../shared/data)")
-    pytest.importorskip("sklearn")
-    monkeypatch.setenv("FEDXAB_LANDMINE", str(LANDMINE))
 
 
 def test_fedpne_on_landmine_fields(landmine):

@@ -4,7 +4,6 @@ by the trusted server, and every transport gives the same results."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from fts_settings import CHEAP_FTS, CHEAP_TS
@@ -14,12 +13,11 @@ from fedxab.agents.federation import Federation
 from fedxab.broker.base import run_topics
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.broker.memory import MemoryBroker
-from fedxab.config import config_from_dict, load_config
+from fedxab.config import config_from_dict
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mirror import rebuild_ledger
 
 SEED = 1
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _config(name="dpftsde", *, rounds=40, clients=3, algorithm=None, privacy=None):
@@ -148,23 +146,3 @@ def test_dp_fts_de_on_kafka_gives_the_in_process_results_and_ledger_topic(dev_br
     assert rebuilt.ended == {0, 1, 2} and rebuilt.skipped == 0
     assert [len(ledger.events(run, m)) for m in range(3)] == expected.privacy["releases"]
     assert ledger.budget(run, 0).epsilon == 50.0
-
-
-@pytest.mark.parametrize("name", ["dpftsde_synthetic.toml", "dpftsde_landmine.toml"])
-def test_the_example_configs_run_a_shortened_job(name, tmp_path, monkeypatch):
-    """The examples as a user runs them, with fewer agents and rounds (the full synthetic one is
-    the benchmark; the landmine one needs the data and scikit-learn)."""
-    if "landmine" in name:
-        pytest.importorskip("sklearn")
-        data = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "landmine"
-        if not (data / "LandmineData.mat").exists():
-            pytest.skip("landmine data not found next to the repository (../shared/data)")
-        monkeypatch.setenv("FEDXAB_LANDMINE", str(data))
-    data = load_config(EXAMPLES / name).to_dict()
-    data["run"].update(budget=13, output=str(tmp_path))
-    data["federation"]["clients"] = 4
-    data["algorithm"].update(n_restarts=1, n_candidates=50, own_fit_restarts=2)
-    data["privacy"].pop("ledger", None)
-    record = Federation(config_from_dict(data), 0).run()
-    assert record.privacy["releases"] == [3] * 4
-    assert record.evaluations == 4 * 13
