@@ -16,7 +16,7 @@ with the server (partition ``k`` and ``split``; the run seed) reach both sides.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -110,17 +110,24 @@ _RUN_LEVEL = ("domain", "seed", "budget")
 _FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition")
 
 
-def _keyword_parameters(cls: type, exclude: Iterable[str]) -> list[str]:
-    """The keyword parameters of ``cls``'s constructor; a ``**settings`` catch-all passed on to
-    the base class adds the base class's parameters (e.g. DP-FTS-DE's server)."""
+def _keyword_defaults(cls: type, exclude: Iterable[str]) -> dict[str, Any]:
+    """The keyword parameters of ``cls``'s constructor, in order, each with its default
+    (``inspect.Parameter.empty`` if it has none); a ``**settings`` catch-all passed on to the
+    base class adds the base class's parameters (e.g. DP-FTS-DE's server)."""
     skip = set(exclude)
-    names = []
+    defaults: dict[str, Any] = {}
     for p in inspect.signature(cls).parameters.values():
         if p.kind == p.VAR_KEYWORD:
-            names += [n for n in _keyword_parameters(cls.__mro__[1], skip) if n not in names]
+            inherited = _keyword_defaults(cls.__mro__[1], skip)
+            defaults.update({n: d for n, d in inherited.items() if n not in defaults})
         elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip:
-            names.append(p.name)
-    return names
+            defaults[p.name] = p.default
+    return defaults
+
+
+def _keyword_parameters(cls: type, exclude: Iterable[str]) -> list[str]:
+    """The names of ``cls``'s keyword parameters (:func:`_keyword_defaults`)."""
+    return list(_keyword_defaults(cls, exclude))
 
 
 def _all_names() -> str:
@@ -152,6 +159,28 @@ def federated_parameters(name: str) -> list[str]:
     names = _keyword_parameters(server_cls, _FEDERATED_RUN_LEVEL)
     names += [p for p in _keyword_parameters(client_cls, _FEDERATED_RUN_LEVEL) if p not in names]
     return names
+
+
+def resolved_parameters(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter an ``[algorithm]`` section may set for ``name``, with its value: ``params``
+    over the constructors' defaults (for a federated algorithm the server's, then the client's).
+    Two sections that differ only in writing a default out (or in writing ``1`` for a float
+    parameter's ``1.0``) resolve to the same dict; unknown names raise :class:`ConfigError` as
+    in :func:`make_optimizer`."""
+    if name in FEDERATED:
+        server_cls, client_cls = FEDERATED[name]
+        defaults = _keyword_defaults(client_cls, _FEDERATED_RUN_LEVEL)
+        defaults.update(_keyword_defaults(server_cls, _FEDERATED_RUN_LEVEL))
+    elif name in ALGORITHMS:
+        defaults = _keyword_defaults(ALGORITHMS[name], _RUN_LEVEL)
+    else:
+        raise _unknown(name)
+    _check_params(name, dict(params), list(defaults))
+    resolved = {k: d for k, d in defaults.items() if d is not inspect.Parameter.empty}
+    for key, value in params.items():
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        resolved[key] = float(value) if is_int and isinstance(defaults[key], float) else value
+    return resolved
 
 
 def _check_params(name: str, params: dict[str, Any], allowed: list[str]) -> None:

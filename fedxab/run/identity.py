@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedxab.algorithms.registry import resolved_parameters
 from fedxab.errors import FedxabError
 
 if TYPE_CHECKING:
@@ -45,10 +46,16 @@ class ProtocolMismatchError(FedxabError, RuntimeError):
 
 
 def protocol_of(config: Config, seed: int) -> dict[str, Any]:
-    """The protocol of run ``seed`` of ``config``: plain data, the same for every party."""
+    """The protocol of run ``seed`` of ``config``: plain data, the same for every party.
+
+    The algorithm's parameters are resolved (:func:`~fedxab.algorithms.registry.
+    resolved_parameters`): a party that writes a default out shares the run of one that
+    leaves it out."""
+    algorithm = config.algorithm
+    resolved = resolved_parameters(algorithm.name, algorithm.params)
     protocol: dict[str, Any] = {
         "version": PROTOCOL_VERSION,
-        "algorithm": config.algorithm.to_dict(),
+        "algorithm": _plain({"name": algorithm.name, **resolved}),
         "domain": [[float(lo), float(hi)] for lo, hi in config.domain],
         "budget": config.run.budget,
         "seed": seed,
@@ -79,6 +86,17 @@ def protocol_differences(
         elif a != b:
             lines.append(f"{name}: expected {_show(a)}, got {_show(b)}")
     return lines
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON data (tuples and frozen mappings become lists and dicts)."""
+    return json.loads(json.dumps(value, default=_unfrozen))
+
+
+def _unfrozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not protocol data: {value!r}")
 
 
 def _show(value: Any) -> str:

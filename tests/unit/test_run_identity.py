@@ -59,3 +59,24 @@ def test_the_seed_is_part_of_the_protocol():
 
 def test_a_missing_field_is_named_as_absent():
     assert protocol_differences({"a": {"b": 1}}, {"a": {}}) == ["a.b: expected 1, got (absent)"]
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"k": 2, "split": "random"},  # defaults written out
+        {"nu": 1},  # an int for the float default 1.0
+        {"depth_counting": "true", "preset": "practical"},
+    ],
+)
+def test_writing_a_default_out_is_the_same_protocol(written):
+    base = default_config()
+    other = config_from_dict(_with("algorithm", **written))
+    assert protocol_differences(protocol_of(base, 0), protocol_of(other, 0)) == []
+    assert run_id_for(other, 0) == run_id_for(base, 0)
+
+
+def test_a_protocol_holds_every_parameter_value_with_its_default():
+    algorithm = protocol_of(default_config(), 0)["algorithm"]
+    assert algorithm["name"] == "fedpne"
+    assert algorithm["split"] == "random" and algorithm["k"] == 2  # defaults, not written
