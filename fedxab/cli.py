@@ -787,43 +787,6 @@ def _cell(column: str, value: object) -> str:
     return _fmt(value) if isinstance(value, float) else str(value)
 
 
-def _rebuild_ledger(path: Path, url: str, namespace: str, run_id: str, keys_dir: Path | None):
-    """Record run ``run_id``'s ledger topic on ``url`` into the ledger file ``path``; what was
-    read (:class:`~fedxab.privacy.mirror.Rebuild`) and the run's clients in the ledger. With
-    ``keys_dir``, only records whose signature its keys verify are recorded."""
-    import asyncio
-
-    from fedxab.broker.base import topic_name
-    from fedxab.broker.factory import make_broker
-    from fedxab.config import BrokerConfig
-    from fedxab.privacy.ledger import PrivacyLedger
-    from fedxab.privacy.mirror import rebuild_ledger
-
-    if not url.startswith("kafka://"):
-        raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
-    opener = None
-    if keys_dir is not None:
-        from fedxab.security.agents import keyring_in
-        from fedxab.security.signing import open_signed
-
-        keyring = keyring_in(keys_dir)
-        n = max(keyring) + 1  # ledger records carry one tag: n only bounds the message size
-
-        def opener(value: bytes):
-            return open_signed(value, keyring, n)
-
-    topic = topic_name(namespace, run_id, "ledger")
-    broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
-
-    async def main():
-        async with broker:
-            with PrivacyLedger(path) as book:
-                rebuilt = await rebuild_ledger(broker, topic, run_id, book, opener=opener)
-                return rebuilt, book.clients(run_id)
-
-    return asyncio.run(main())
-
-
 @app.command()
 def audit(
     ledger: Annotated[
@@ -872,13 +835,16 @@ def audit(
 
     from fedxab.privacy.audit import client_history, client_summaries
     from fedxab.privacy.ledger import PrivacyLedger
+    from fedxab.privacy.mirror import rebuild_from_broker
 
     console = _console()
     with _errors_as_exit_code():
         if rebuild_from is not None:
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
-            rebuilt, clients = _rebuild_ledger(ledger, rebuild_from, namespace, run_id, keys_dir)
+            rebuilt, clients = rebuild_from_broker(
+                ledger, rebuild_from, namespace, run_id, keys_dir
+            )
             notes = _console(stderr=True)  # stdout stays the table or the JSON
             if rebuilt.skipped:
                 why = ", ".join(f"{n} {reason}" for reason, n in sorted(rebuilt.reasons.items()))

@@ -26,20 +26,25 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from fedxab.broker.base import Broker, Record
+from fedxab.broker.base import Broker, Record, topic_name
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
+from fedxab.broker.factory import make_broker
+from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.ledger import Budget, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.security.signing import Opened, SignatureError
+from fedxab.security.agents import keyring_in
+from fedxab.security.signing import Opened, SignatureError, open_signed
 
 __all__ = [
     "Rebuild",
     "budget_record",
     "end_record",
     "read_to_end",
+    "rebuild_from_broker",
     "rebuild_ledger",
     "release_record",
 ]
@@ -228,3 +233,33 @@ async def rebuild_ledger(
                 timeout_s,
             )
     return result
+
+
+def rebuild_from_broker(
+    path: Path, url: str, namespace: str, run_id: str, keys_dir: Path | None = None
+) -> tuple[Rebuild, list[int]]:
+    """Record run ``run_id``'s ledger topic on the Kafka broker ``url`` into the ledger file
+    ``path`` (created if missing), as far as the topic holds now (``fedxab audit
+    --rebuild-from``); what was read, and the run's clients in the ledger. With ``keys_dir``
+    (the client keys of a run that signs its messages), only the records those keys verify are
+    recorded."""
+    if not url.startswith("kafka://"):
+        raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
+    opener = None
+    if keys_dir is not None:
+        keyring = keyring_in(keys_dir)
+        n = max(keyring) + 1  # ledger records carry one tag: n only bounds the message size
+
+        def opener(value: bytes) -> Opened:
+            return open_signed(value, keyring, n)
+
+    topic = topic_name(namespace, run_id, "ledger")
+    broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
+
+    async def main() -> tuple[Rebuild, list[int]]:
+        async with broker:
+            with PrivacyLedger(path) as book:
+                rebuilt = await rebuild_ledger(broker, topic, run_id, book, opener=opener)
+                return rebuilt, book.clients(run_id)
+
+    return asyncio.run(main())
