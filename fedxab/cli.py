@@ -46,6 +46,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedxab.errors import FedxabError
+from fedxab.monitoring.plots import METRICS as PLOT_METRICS
 from fedxab.monitoring.progress import status_line
 
 __all__ = ["app", "main"]
@@ -110,13 +111,8 @@ KeysDirOption = Annotated[
 ]
 
 
-class MetricChoice(enum.StrEnum):
-    cumulative_regret = "cumulative_regret"
-    average_regret = "average_regret"
-    local_cumulative_regret = "local_cumulative_regret"
-    global_simple_regret = "global_simple_regret"
-    local_simple_regret = "local_simple_regret"
-    epsilon = "epsilon"
+MetricChoice = enum.StrEnum("MetricChoice", {name: name for name in PLOT_METRICS})
+"""The ``--metric`` choices of ``fedxab plot``: :data:`fedxab.monitoring.plots.METRICS`."""
 
 
 def _console(stderr: bool = False) -> Console:
@@ -902,13 +898,15 @@ def plot(
         MetricChoice,
         typer.Option(
             help="Which regret to plot against the round number (local_cumulative_regret, "
-            "global/local_simple_regret: federated runs, mean over clients), or epsilon: the "
-            "privacy loss of private runs (max over clients) against the phase."
+            "global/local_simple_regret: federated runs, mean over clients); best_observed: "
+            "the clients' best observed value so far (mean over clients; no optimum needed); "
+            "or epsilon: the privacy loss of private runs (max over clients) against the phase."
         ),
     ] = MetricChoice.cumulative_regret,
     title: Annotated[str | None, typer.Option(help="Figure title.", show_default=False)] = None,
 ) -> None:
-    """Plot regret or epsilon curves (mean ± 1 std over runs), one per results file."""
+    """Plot regret, best observed or epsilon curves (mean ± 1 std over runs), one per results
+    file."""
     from fedxab.monitoring.plots import plot_regret
 
     with _errors_as_exit_code():

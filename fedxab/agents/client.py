@@ -55,6 +55,7 @@ from fedxab.run.assembly import Functions, build_run, regret_known
 from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
+from fedxab.run.outcome import mean_best
 from fedxab.security.agents import signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -238,6 +239,7 @@ class ClientAgent:
             global_simple=float(self._best[0].mean()) if global_known and known[0] else None,
             local_simple=float(self._best[1].mean()) if local_known and known[1] else None,
         )
+        observer.on_observed(mean_best(self.evaluators[m].observed.best for m in self.clients))
 
     def _withdrawn(self, m: int) -> bool:
         return self.hosted.withdrawn(m)

@@ -68,6 +68,7 @@ from fedxab.run.observe import (
     observer_of,
     start_run,
 )
+from fedxab.run.outcome import mean_best
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -272,6 +273,7 @@ class Federation:
             global_simple=global_simple,
             local_simple=local_simple,
         )
+        observer.on_observed(mean_best(e.observed.best for e in self.evaluators.values()))
 
     @property
     def withdrawn(self) -> dict[int, Any]:

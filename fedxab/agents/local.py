@@ -124,6 +124,7 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     values = np.empty(budget, dtype=np.float64)  # noise-free f(x_t)
     points = np.empty((budget, config.domain.shape[0]))  # x_t
     observed = np.empty(budget, dtype=np.float64)  # y_t
+    seen = ObservedBest(0, budget, config.objective.direction)
     every = max(1, budget // PROGRESS_UPDATES)
     watched = observer.wants_progress or observer.wants_regret
     next_report = every if watched else budget + 1
@@ -143,9 +144,11 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
         tell(x, y)
         if t + 1 == next_report:
             running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
+            seen.add(points[counted : t + 1], observed[counted : t + 1])
             counted = t + 1
             cum = running if known else float("nan")
             observer.on_regret(t=t + 1, cumulative=cum if known else None)
+            observer.on_observed(seen.best)
             observer.on_progress(t + 1, budget, cum)
             next_report = min(next_report + every, budget)
     recommendation = np.asarray(opt.recommend(), dtype=np.float64).reshape(-1).copy()
@@ -159,8 +162,7 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     else:
         cum, simple = None, None
     log.debug("seed %d: %d evaluations in %.3f s", seed, budget, wall)
-    seen = ObservedBest(0, budget, config.objective.direction)
-    seen.add(points, observed)
+    seen.add(points[counted:], observed[counted:])
     return RunRecord(
         seed=seed,
         rounds=rounds,

@@ -54,6 +54,11 @@ transport,role,run_id}``                               one); one series at a tim
 ``fedxab_local_simple_regret``              gauge      the same on the clients' own objectives
 ``fedxab_simple_regret``                    gauge      ``f* - f(x_rec)`` of the final
                                                        recommendation (NaN until the end)
+``fedxab_observed_best_mean``               gauge      mean over the view's clients of the best
+                                                       value each observed of its own objective,
+                                                       in the user's direction (no optimum
+                                                       needed; a server: NaN until the clients'
+                                                       outcomes arrive at the end)
 ``fedxab_epsilon_max``                      gauge      the run's epsilon: the largest epsilon
                                                        spent by any client at ``delta`` (clients'
                                                        data are disjoint: parallel composition)
@@ -94,6 +99,7 @@ from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetr
 from prometheus_client.registry import Collector
 
 from fedxab.run.observe import RunObserver
+from fedxab.run.outcome import mean_best
 from fedxab.security.signing import SIGNATURE_REASONS
 
 __all__ = [
@@ -254,6 +260,8 @@ METRICS: dict[str, str] = {
     "min_{s<=t} (f_m* - f_m(x_{m,s})).",
     "fedxab_simple_regret": "Simple regret f* - f(x_rec) of the final recommendation "
     "(NaN until the run ends).",
+    "fedxab_observed_best_mean": "Mean over the clients (that have evaluated) of the best value "
+    "each observed of its own objective, in the objective's direction; needs no optimum.",
     "fedxab_epsilon_max": "The run's epsilon: the largest epsilon spent by a client at the "
     "accounting delta (clients hold disjoint data).",
     "fedxab_epsilon_budget": "Per-client privacy budget epsilon (NaN: no budget).",
@@ -337,13 +345,13 @@ class FederationMetrics(RunObserver):
         self.global_simple_regret = gauge("fedxab_global_simple_regret")
         self.local_simple_regret = gauge("fedxab_local_simple_regret")
         self.simple_regret = gauge("fedxab_simple_regret")
+        self.observed_best_mean = gauge("fedxab_observed_best_mean")
         self._privacy = _PrivacyCollector()
         r.register(self._privacy)
         self._last_privacy = 0.0
         self.run_id: str | None = None
-        for g in self._regret_gauges():
+        for g in (*self._regret_gauges(), self.simple_regret, self.observed_best_mean):
             g.set(NAN)
-        self.simple_regret.set(NAN)
 
     # ------------------------------------------------------------------------------ runs
     def start_run(
@@ -377,6 +385,7 @@ class FederationMetrics(RunObserver):
         self.local_cumulative_regret.set(0.0 if local_regret_known else NAN)
         self.local_simple_regret.set(NAN)
         self.simple_regret.set(NAN)
+        self.observed_best_mean.set(NAN)
         self._privacy.snapshot = None
         self._last_privacy = time.monotonic()
 
@@ -389,6 +398,9 @@ class FederationMetrics(RunObserver):
             self.global_simple_regret.set(_value(record.final_global_simple_regret))
             self.local_simple_regret.set(_value(record.final_local_simple_regret))
             self.simple_regret.set(_value(record.simple_regret))
+            if record.clients:
+                bests = (outcome.best_value for outcome in record.clients)
+                self.observed_best_mean.set(_value(mean_best(bests)))
             self.round.set(int(record.rounds[-1]))
             privacy = record.privacy
             if privacy is not None:
@@ -482,6 +494,9 @@ class FederationMetrics(RunObserver):
         ):
             if value is not None:
                 gauge.set(value)
+
+    def on_observed(self, best_mean: float | None) -> None:
+        self.observed_best_mean.set(_value(best_mean))
 
     def _regret_gauges(self) -> tuple[Gauge, ...]:
         return (

@@ -2,7 +2,10 @@
 
 One curve per results file: the mean over runs (seeds) of the cumulative or average regret (or,
 for federated runs, the local cumulative regret, [PF]'s measure, or the simple regrets) against
-the round number, with a shaded band of ±1 standard deviation over runs. For private runs,
+the round number, with a shaded band of ±1 standard deviation over runs. Where no optimum is
+known (the users' own objectives), ``metric="best_observed"`` draws what the clients observed:
+the mean over clients of each one's best observed value so far, in the objective's direction.
+For private runs,
 ``metric="epsilon"`` draws the privacy loss over time instead: the maximum over clients of the
 epsilon spent up to each phase (the runs' ``privacy.epsilon_by_phase``), against the phase.
 
@@ -21,7 +24,7 @@ import numpy as np
 
 from fedxab.results import ResultsError, RunResults, load_results
 
-__all__ = ["METRICS", "epsilon_band", "plot_regret", "regret_band"]
+__all__ = ["METRICS", "epsilon_band", "observed_band", "plot_regret", "regret_band"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ Metric = Literal[
     "local_cumulative_regret",
     "global_simple_regret",
     "local_simple_regret",
+    "best_observed",
     "epsilon",
 ]
 METRICS: dict[str, str] = {
@@ -39,8 +43,10 @@ METRICS: dict[str, str] = {
     "local_cumulative_regret": "local cumulative regret (mean over clients)",
     "global_simple_regret": "global simple regret (mean over clients)",
     "local_simple_regret": "local simple regret (mean over clients)",
+    "best_observed": "best observed value so far (mean over clients)",
     "epsilon": "epsilon spent (max over clients)",
 }
+_REGRETS = [m for m in METRICS if m not in ("best_observed", "epsilon")]
 _PER_CLIENT = {
     "local_cumulative_regret": "only federated runs record it, and only when every client's "
     "optimum is known",
@@ -51,9 +57,8 @@ _PER_CLIENT = {
 
 def regret_band(results: RunResults, metric: str = "cumulative_regret"):
     """``(rounds, mean, std)`` over the runs of ``results`` for ``metric`` (population std)."""
-    if metric not in METRICS or metric == "epsilon":
-        regrets = ", ".join(m for m in METRICS if m != "epsilon")
-        raise ResultsError(f"metric must be one of {regrets}, got {metric!r}")
+    if metric not in _REGRETS:
+        raise ResultsError(f"metric must be one of {', '.join(_REGRETS)}, got {metric!r}")
     where = _where(results)
     rounds = results.runs[0].rounds
     curves = []
@@ -67,8 +72,39 @@ def regret_band(results: RunResults, metric: str = "cumulative_regret"):
         else:
             curve = run.cumulative_regret if metric == "cumulative_regret" else run.average_regret
         if curve is None:
-            raise ResultsError(f"{where}: runs[{i}] has no regret (optimum unknown)")
+            raise ResultsError(
+                f"{where}: runs[{i}] has no regret (optimum unknown); plot what the clients "
+                "observed with metric best_observed"
+            )
         curves.append(curve)
+    stack = np.vstack(curves)
+    return rounds, stack.mean(axis=0), stack.std(axis=0)
+
+
+def observed_band(results: RunResults):
+    """``(rounds, mean, std)`` over the runs of ``results`` of the mean over clients of each
+    client's best observed value up to each round (population std over runs). A round before a
+    client's first evaluation leaves that client out; before any client's, it is NaN."""
+    where = _where(results)
+    curves, rounds = [], None
+    for i, run in enumerate(results.runs):
+        if not run.clients:
+            raise ResultsError(
+                f"{where}: runs[{i}] has no clients block (what each client observed); files "
+                "written before fedxab recorded it have none"
+            )
+        grid = run.clients[0].rounds
+        if any(not np.array_equal(c.rounds, grid) for c in run.clients):
+            raise ResultsError(f"{where}: runs[{i}]: the clients' curves have different rounds")
+        if rounds is None:
+            rounds = grid
+        elif not np.array_equal(grid, rounds):
+            raise ResultsError(f"{where}: runs[{i}] has a different rounds grid from runs[0]")
+        stack = np.vstack([c.best_so_far for c in run.clients])
+        seen = ~np.isnan(stack)
+        total = np.where(seen, stack, 0.0).sum(axis=0)
+        count = seen.sum(axis=0)
+        curves.append(np.divide(total, count, out=np.full(total.shape, np.nan), where=count > 0))
     stack = np.vstack(curves)
     return rounds, stack.mean(axis=0), stack.std(axis=0)
 
@@ -164,7 +200,10 @@ def plot_regret(
                 phases, mean - std, mean + std, color=line.get_color(), alpha=0.2, step="post"
             )
             continue
-        rounds, mean, std = regret_band(res, metric)
+        if metric == "best_observed":
+            rounds, mean, std = observed_band(res)
+        else:
+            rounds, mean, std = regret_band(res, metric)
         (line,) = ax.plot(rounds, mean, label=f"{label} (n={n})", linewidth=1.6)
         ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("phase" if metric == "epsilon" else "round t")

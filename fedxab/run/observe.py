@@ -60,7 +60,8 @@ class RunObserver:
     """Whether :meth:`on_progress` shows the details: the phase, the evaluations and epsilon
     (recomputed from the ledger: costly)."""
     wants_regret = False
-    """Whether :meth:`on_regret` is used during the run (the simple regret costs a little)."""
+    """Whether :meth:`on_regret` and :meth:`on_observed` are used during the run (the simple
+    regret costs a little)."""
     privacy_interval_s = math.inf
     """The least time between two :meth:`on_privacy` updates a runner should send during a run
     (recomputing epsilon asks the accountant); never, here."""
@@ -105,6 +106,11 @@ class RunObserver:
     def on_regret(self, **regret: float | None) -> None:
         """The regret so far (``t``, ``cumulative``, ``local``, ``global_simple``,
         ``local_simple``; a value left None is unchanged)."""
+
+    def on_observed(self, best_mean: float | None) -> None:
+        """What the view's clients observed so far, no optimum needed: the mean over those that
+        have evaluated of each one's best observed value, in the user's direction (None: no
+        evaluation yet). Told with the regret (:attr:`wants_regret`)."""
 
     def privacy_due(self) -> bool:
         """Whether the clients' epsilon should be recomputed now for :meth:`on_privacy`."""
@@ -182,6 +188,7 @@ for _name in (
     "on_broadcast_invalid",
     "on_ledger_invalid",
     "on_regret",
+    "on_observed",
     "on_privacy",
     "on_progress",
 ):

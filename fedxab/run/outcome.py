@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from fedxab.regret import round_grid
 
-__all__ = ["OUTCOME_POINTS", "ClientOutcome", "ObservedBest"]
+__all__ = ["OUTCOME_POINTS", "ClientOutcome", "ObservedBest", "mean_best"]
 
 OUTCOME_POINTS = 50
 """Rounds at which a client's best-so-far curve is kept (``round_grid(T, 50)``)."""
+
+
+def mean_best(bests: Iterable[float | None]) -> float | None:
+    """The mean of the clients' best observed values over those that have one (None: no
+    client has evaluated yet): what ``fedxab_observed_best_mean`` shows, with no optimum."""
+    values = [b for b in bests if b is not None]
+    return math.fsum(values) / len(values) if values else None
 
 
 def _floats(value: Any, name: str) -> np.ndarray:
@@ -126,13 +133,18 @@ class ObservedBest:
         self._curve[lo:hi] = running[self.rounds[lo:hi] - start - 1]
         self.used += n
 
+    @property
+    def best(self) -> float | None:
+        """The best reward observed so far, in the user's direction (None: no evaluation)."""
+        return None if self._point is None else self.sign * self._best
+
     def outcome(self, recommendation: np.ndarray | None = None) -> ClientOutcome:
         """The client's outcome so far, in the user's direction."""
         curve = np.where(np.isfinite(self._curve), self.sign * self._curve, np.nan)
         return ClientOutcome(
             client=self.client,
             evaluations=self.used,
-            best_value=None if self._point is None else self.sign * self._best,
+            best_value=self.best,
             best_point=None if self._point is None else self._point.copy(),
             rounds=self.rounds.copy(),
             best_so_far=curve,

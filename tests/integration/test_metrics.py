@@ -222,6 +222,10 @@ def test_client_agents_export_their_own_clients_only():
         for s, ids in zip(scraped, slices, strict=True)
     )
     assert regret / CLIENTS == pytest.approx(record.final_cumulative_regret, rel=1e-12)
+    # what each agent's clients observed, live: the mean of their best values in the results
+    for s, ids in zip(scraped, slices, strict=True):
+        bests = [record.clients[m].best_value for m in ids]
+        assert get(s, "fedxab_observed_best_mean") == pytest.approx(math.fsum(bests) / len(ids))
     # each agent's epsilon: its own clients only, the numbers of the results file
     for s, ids in zip(scraped, slices, strict=True):
         own = [privacy["epsilon"][m] for m in ids]
@@ -442,10 +446,18 @@ def test_a_single_agent_run_feeds_its_metrics_through_the_same_observer():
     )
     metrics = FederationMetrics()
     rounds: list[float] = []
-    record = run_single(
-        config, 0, lambda done, total, cum: rounds.append(values()["fedxab_round"]), metrics=metrics
-    )
+    observed: list[float] = []
+
+    def progress(done, total, cum):
+        now = values()
+        rounds.append(now["fedxab_round"])
+        observed.append(now["fedxab_observed_best_mean"])
+
+    record = run_single(config, 0, progress, metrics=metrics)
     assert rounds[-1] == 600 and len(rounds) >= 100  # the round moved with the progress
+    # the best observed value, live: it only goes up and ends at the record's
+    assert observed[-1] == record.clients[0].best_value
+    assert all(a <= b for a, b in zip(observed, observed[1:], strict=False))
     end = values()
     assert end["fedxab_cumulative_regret"] == record.final_cumulative_regret
     assert end["fedxab_simple_regret"] == record.simple_regret

@@ -30,6 +30,7 @@ from fedxab.algorithms.registry import FEDERATED
 from fedxab.config import load_config
 from fedxab.errors import ConfigError
 from fedxab.run.identity import run_id_for
+from fedxab.run.observe import RunObserver
 
 DOMAIN = [[0.0, 1.0], [0.0, 1.0]]
 BUDGET = 1500
@@ -146,6 +147,29 @@ def test_one_callable_taking_the_client_id_and_a_config_module_give_the_same(
         assert without_time(results.runs[0].to_dict()) == expected, url
 
 
+class _Observed(RunObserver):
+    """Records what a runner tells its observer of the clients' observed values."""
+
+    wants_regret = True
+
+    def __init__(self) -> None:
+        self.values: list[float | None] = []
+
+    def on_observed(self, best_mean: float | None) -> None:
+        self.values.append(best_mean)
+
+
+def test_observers_follow_what_the_clients_observe(sites, expected):
+    """No optimum: the in-process runner tells its observer the clients' mean best value."""
+    seen = _Observed()
+    config = fedxab.make_config(DOMAIN, clients=3, budget=BUDGET)
+    fedxab.run_job(config.with_broker_url("inprocess://"), functions=sites.SITES, metrics=seen)
+    bests = [c["best_value"] for c in expected["clients"]]
+    assert len(seen.values) >= 3  # once per phase
+    assert seen.values[-1] == pytest.approx(sum(bests) / 3, rel=1e-12)
+    assert all(a <= b for a, b in zip(seen.values, seen.values[1:], strict=False))
+
+
 def test_minimising_a_function_is_maximising_its_negation(sites):
     def cost(k):
         return lambda x: -sites.SITES[k](x)
@@ -159,6 +183,32 @@ def test_minimising_a_function_is_maximising_its_negation(sites):
         np.testing.assert_array_equal(lo.best_point, hi.best_point)
         np.testing.assert_array_equal(lo.best_so_far, -hi.best_so_far)
         assert np.all(np.diff(lo.best_so_far) <= 0)  # a minimum so far only goes down
+
+
+def test_plot_what_the_clients_observed(sites, tmp_path):
+    """No optimum, no regret to plot: ``fedxab plot --metric best_observed`` draws the mean over
+    clients of the best value so far, and the regret plot's error says so."""
+    from typer.testing import CliRunner
+
+    from fedxab.cli import app
+    from fedxab.monitoring.plots import observed_band
+    from fedxab.results import load_results, write_results
+
+    results = fedxab.federate(sites.SITES, DOMAIN, budget=600, repeats=3, direction="minimize")
+    path = write_results(results, tmp_path / "out")
+    rounds, mean, std = observed_band(load_results(path))
+    finals = [np.mean([c.best_value for c in run.clients]) for run in results.runs]
+    assert rounds[-1] == 600
+    assert mean[-1] == pytest.approx(np.mean(finals), rel=1e-12)
+    assert std[-1] == pytest.approx(np.std(finals), rel=1e-12)
+    assert np.all(np.diff(mean) <= 1e-12)  # minimised: the best so far only goes down
+
+    png = tmp_path / "observed.png"
+    done = CliRunner().invoke(app, ["plot", str(path), "-o", str(png), "--metric", "best_observed"])
+    assert done.exit_code == 0, done.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refused = CliRunner().invoke(app, ["plot", str(path), "-o", str(tmp_path / "regret.png")])
+    assert refused.exit_code == 2 and "best_observed" in refused.output
 
 
 def test_a_server_never_imports_the_clients_module(tmp_path):

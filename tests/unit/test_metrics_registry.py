@@ -102,6 +102,7 @@ def test_names_follow_the_prometheus_conventions_and_labels_are_bounded():
         "fedxab_local_cumulative_regret",
         "fedxab_simple_regret",
         "fedxab_global_simple_regret",
+        "fedxab_observed_best_mean",
         "fedxab_phases_total",
         "fedxab_phase_duration_seconds_count",
         "fedxab_messages_total",
@@ -201,12 +202,17 @@ def test_phases_messages_reports_and_regret_add_up():
     assert math.isnan(value(text, "fedxab_simple_regret"))  # only at the end
 
 
-def test_unknown_optimum_gives_nan_regret():
+def test_unknown_optimum_gives_nan_regret_and_the_observed_values():
     metrics = FederationMetrics()
     _start(metrics, regret_known=False, local_regret_known=False)
     text = metrics.exposition()
     assert math.isnan(value(text, "fedxab_cumulative_regret"))
     assert math.isnan(value(text, "fedxab_local_cumulative_regret"))
+    assert math.isnan(value(text, "fedxab_observed_best_mean"))  # no evaluation yet
+    metrics.on_observed(-0.25)
+    assert value(metrics.exposition(), "fedxab_observed_best_mean") == -0.25
+    _start(metrics)  # a new run starts over
+    assert math.isnan(value(metrics.exposition(), "fedxab_observed_best_mean"))
 
 
 def test_privacy_families_exist_only_for_a_private_run_and_describe_the_clients():
@@ -259,6 +265,7 @@ def test_end_run_sets_every_gauge_from_the_record():
             "delta": 1e-3,
             "withdrawn": {"1": 4},
         },
+        clients=tuple(SimpleNamespace(best_value=v) for v in (0.5, None, 0.75)),
     )
     metrics.end_run(record)
     text = metrics.exposition()
@@ -266,6 +273,7 @@ def test_end_run_sets_every_gauge_from_the_record():
     assert math.isnan(value(text, "fedxab_local_cumulative_regret"))
     assert value(text, "fedxab_global_simple_regret") == 0.0125
     assert value(text, "fedxab_simple_regret") == 1e-7
+    assert value(text, "fedxab_observed_best_mean") == 0.625  # over the clients that evaluated
     assert value(text, "fedxab_round") == 100
     assert value(text, "fedxab_epsilon_max") == 0.30000000000000004
     assert math.isnan(value(text, "fedxab_epsilon_budget"))
