@@ -9,6 +9,7 @@ end, equal the results file: cumulative regret, phases, messages, bytes, evaluat
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import signal
@@ -457,7 +458,7 @@ def test_a_single_agent_run_feeds_its_metrics_through_the_same_observer():
     assert rounds[-1] == 600 and len(rounds) >= 100  # the round moved with the progress
     # the best observed value, live: it only goes up and ends at the record's
     assert observed[-1] == record.clients[0].best_value
-    assert all(a <= b for a, b in zip(observed, observed[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(observed))
     end = values()
     assert end["fedxab_cumulative_regret"] == record.final_cumulative_regret
     assert end["fedxab_simple_regret"] == record.simple_regret

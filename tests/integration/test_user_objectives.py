@@ -10,6 +10,7 @@ what each client observed (best value, where, and its best-so-far curve).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -167,7 +168,7 @@ def test_observers_follow_what_the_clients_observe(sites, expected):
     bests = [c["best_value"] for c in expected["clients"]]
     assert len(seen.values) >= 3  # once per phase
     assert seen.values[-1] == pytest.approx(sum(bests) / 3, rel=1e-12)
-    assert all(a <= b for a, b in zip(seen.values, seen.values[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(seen.values))
 
 
 def test_minimising_a_function_is_maximising_its_negation(sites):
