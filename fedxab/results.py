@@ -59,14 +59,11 @@ optional keys: single-agent files are unchanged and older files still load.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.errors import FedxabError
+from fedxab.private_files import write_atomically
 from fedxab.run.outcome import ClientOutcome
 
 __all__ = [
@@ -513,7 +511,8 @@ def write_results(results: RunResults, out_dir: str | Path) -> Path:
     """Write ``results.json`` into ``out_dir`` (created if needed) atomically; return its path.
 
     The JSON goes to a temporary file in the same directory, is flushed to disk, and then
-    replaces ``results.json`` with :func:`os.replace`, so a reader never sees a partial file.
+    replaces ``results.json`` with :func:`os.replace`, so a reader never sees a partial file;
+    the file is owner-only (what each client observed is private to it).
     """
     out = Path(out_dir)
     try:
@@ -521,18 +520,7 @@ def write_results(results: RunResults, out_dir: str | Path) -> Path:
     except OSError as exc:
         raise ResultsError(f"cannot create output directory {out}: {exc.strerror or exc}") from exc
     target = out / RESULTS_FILENAME
-    text = results.to_json()
-    fd, tmp_name = tempfile.mkstemp(prefix=".results.", suffix=".json.tmp", dir=out)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    write_atomically(target, results.to_json().encode("utf-8"))
     log.info("wrote %s", target)
     return target
 

@@ -43,6 +43,7 @@ __all__ = [
     "Envelope",
     "client_sender",
     "packb",
+    "unpack_frame",
     "unpackb",
 ]
 
@@ -192,6 +193,51 @@ def unpackb(data: bytes | bytearray | memoryview) -> Any:
         raise ProtocolError(f"malformed message: {reason}") from exc
 
 
+_FRAME_FIELDS = 16
+_FRAME_STRING = 1024
+
+
+def _no_ext_in_frame(code: int, data: bytes) -> Any:
+    raise ProtocolError("malformed frame: an array or extension value where a scalar belongs")
+
+
+def unpack_frame(data: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
+    """The map of a frame (``what``: an envelope, a signed envelope): at most 16 fields whose
+    values are scalars, strings of at most 1,024 characters and byte strings.
+
+    Anything else (a list, a map or a numpy array in a field, ``what`` not being a map) raises
+    :class:`ProtocolError` while parsing, so that a field never holds a value whose comparison
+    fails (a numpy array's truth value) and hostile bytes cannot inflate: the only large value a
+    frame can hold is a byte string, the size of its bytes."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ProtocolError(f"malformed {what}: expected bytes, got {type(data).__name__}")
+    try:
+        raw = msgpack.unpackb(
+            data,
+            raw=False,
+            ext_hook=_no_ext_in_frame,
+            strict_map_key=True,
+            timestamp=0,
+            max_map_len=_FRAME_FIELDS,
+            max_array_len=0,
+            max_str_len=_FRAME_STRING,
+        )
+    except ProtocolError as exc:
+        raise ProtocolError(f"{what}: {exc}") from exc
+    except Exception as exc:  # any failure on untrusted bytes is a malformed frame
+        reason = str(exc) or type(exc).__name__
+        if "exceeds max_" in reason:  # a list, a long string or too many fields
+            raise ProtocolError(
+                f"{what} must be a map of at most {_FRAME_FIELDS} scalar fields ({reason})"
+            ) from exc
+        raise ProtocolError(f"malformed {what}: {reason}") from exc
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{what} must be a map, got {type(raw).__name__}")
+    if any(isinstance(v, dict) for v in raw.values()):
+        raise ProtocolError(f"malformed {what}: a map where a scalar belongs")
+    return raw
+
+
 # ---------------------------------------------------------------------------------- envelope
 SCHEMA_VERSION = 1
 """Envelope schema this fedxab writes and reads; another version is refused, never guessed."""
@@ -286,16 +332,15 @@ class Envelope:
     def decode(cls, data: bytes | bytearray | memoryview) -> Self:
         """Parse and validate an encoded envelope; every defect raises one clear ProtocolError.
 
-        Checked: size, msgpack well-formedness, a map with exactly the envelope's fields, the
-        schema version (an unknown one is named), and each field's type and range.
+        Checked: size, msgpack well-formedness, a flat map (:func:`unpack_frame`) with exactly
+        the envelope's fields, the schema version (an unknown one is named), and each field's
+        type and range.
         """
         if isinstance(data, bytes | bytearray | memoryview) and len(data) > MAX_MESSAGE_BYTES:
             raise ProtocolError(
                 f"envelope of {len(data)} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
             )
-        raw = unpackb(data)
-        if not isinstance(raw, dict):
-            raise ProtocolError(f"envelope must be a map, got {type(raw).__name__}")
+        raw = unpack_frame(data, "envelope")
         version = raw.get("schema_version")
         if version != SCHEMA_VERSION or isinstance(version, bool):
             raise ProtocolError(

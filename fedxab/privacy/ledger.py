@@ -45,6 +45,7 @@ from fedxab.errors import ConfigError, FedxabError
 from fedxab.privacy.accountants import check_event, make_accountant
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded
+from fedxab.private_files import create_owner_only
 from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
@@ -131,7 +132,11 @@ class PrivacyLedger:
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise LedgerError(f"ledger {self.path} is a directory, expected a SQLite file")
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                create_owner_only(self.path)  # before SQLite creates it (and its journals)
+            except OSError as exc:
+                raise LedgerError(f"cannot create ledger {self.path}: {exc.strerror}") from exc
         try:
             # A client agent answers in an executor thread; SQLite here is serialized
             # (sqlite3.threadsafety == 3), and the agent never uses the ledger concurrently.

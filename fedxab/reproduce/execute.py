@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedxab.private_files import write_atomically
 from fedxab.reproduce.experiments import ReproduceError
 from fedxab.reproduce.plan import Plan, PlannedEntry
 
@@ -168,9 +168,7 @@ def _write_simple_regret(pe: PlannedEntry, rounds: np.ndarray, traces: list[dict
         "runs": traces,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, (json.dumps(data) + "\n").encode("utf-8"))
     return path
 
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from fedxab.broker.codec import MAX_MESSAGE_BYTES, SERVER, Envelope, packb, unpackb
+from fedxab.broker.codec import MAX_MESSAGE_BYTES, SERVER, Envelope, packb, unpack_frame
 from fedxab.errors import ProtocolError
 from fedxab.security.keys import SecretKey
 
@@ -117,10 +117,10 @@ class SignedEnvelope:
                 "malformed", f"signed envelope of {len(data)} bytes exceeds the limit of {limit}"
             )
         try:
-            raw = unpackb(data)
+            raw = unpack_frame(data, "signed envelope")
         except ProtocolError as exc:
-            raise SignatureError("malformed", f"signed envelope: {exc}") from exc
-        if not isinstance(raw, dict) or not isinstance(raw.get("envelope"), bytes):
+            raise SignatureError("malformed", str(exc)) from exc
+        if not isinstance(raw.get("envelope"), bytes):
             raise SignatureError(
                 "malformed", "signed envelope must be a map with an 'envelope' byte string"
             )

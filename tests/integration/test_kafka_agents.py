@@ -18,11 +18,11 @@ import pytest
 from cli_procs import start_cli, until, wait_ok, without_time
 from outage_proxy import OutageProxy
 
+from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import ServerAgent
-from fedxab.broker.codec import unpackb
 from fedxab.broker.devbroker import DevBroker, free_port
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.config import config_from_dict, load_config
@@ -192,7 +192,7 @@ class Federation3:
     def closed_phases(self) -> int:
         """Phases in the server's checkpoint now."""
         (path,) = self.checkpoints.glob("*.ckpt")
-        return len(unpackb(path.read_bytes())["phases"])
+        return ServerCheckpoint.closed_phases_in(path)
 
     def finish(self) -> list[dict]:
         try:

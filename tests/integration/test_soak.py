@@ -55,6 +55,7 @@ import numpy as np
 import pytest
 from cli_procs import FEDXAB, get, log_line, scrape, start_cli, until, wait_ok, without_time
 
+from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Record, run_topics
@@ -211,7 +212,7 @@ class Soak:
     def closed_phases(self, run_id: str) -> int:
         """Phases of run ``run_id`` the server has checkpointed so far."""
         path = self.checkpoints / f"{run_id}.ckpt"
-        return len(unpackb(path.read_bytes())["phases"]) if path.exists() else 0
+        return ServerCheckpoint.closed_phases_in(path)
 
     def when_closed(self, run_id: str, phases: int) -> None:
         until(
