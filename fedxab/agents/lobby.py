@@ -125,18 +125,28 @@ async def announce_and_watch(
 async def _refusal(sub: Any, nonce: str, signer: Signer | None) -> list[str]:
     """The differences named by the server's refusal of hello ``nonce``."""
     async for record in sub:
-        try:
-            env = _open(record, signer).envelope
-            if env.kind != "refuse" or env.sender != SERVER:
-                continue
-            body = env.body()
-        except (ProtocolError, SignatureError):
-            continue  # not a valid refusal from the server: other parties' lobby traffic
-        if isinstance(body, dict) and body.get("nonce") == nonce:
-            differences = body.get("differences")
-            if isinstance(differences, list) and all(isinstance(d, str) for d in differences):
-                return differences
+        differences = _differences_in(record, nonce, signer)
+        if differences is not None:
+            return differences
     raise ProtocolError("the lobby subscription ended")
+
+
+def _differences_in(record: Record, nonce: str, signer: Signer | None) -> list[str] | None:
+    """The differences named by the server's refusal of hello ``nonce`` in ``record``; None for
+    any other record (other parties' lobby traffic, or not a valid refusal)."""
+    try:
+        env = _open(record, signer).envelope
+        if env.kind != "refuse" or env.sender != SERVER:
+            return None
+        body = env.body()
+    except (ProtocolError, SignatureError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("nonce"), str):
+        return None
+    differences = body.get("differences")
+    if body["nonce"] != nonce or not isinstance(differences, list):
+        return None
+    return differences if all(isinstance(d, str) for d in differences) else None
 
 
 async def refuse_strangers(
@@ -182,16 +192,16 @@ def _refusal_of(
             and isinstance(nonce, str)
             and isinstance(clients, list)
             and clients
-            and all(isinstance(m, int) for m in clients)
+            and all(type(m) is int for m in clients)
             and env.client_id == clients[0]
         ):
             raise ProtocolError("a hello holds a protocol map, client ids and a nonce")
-    except (ProtocolError, SignatureError, KeyError, TypeError) as exc:
+        differences = protocol_differences(protocol, theirs) or [
+            f"run id: expected one of {sorted(known_runs)}, got {env.run_id!r}"
+        ]
+    except Exception as exc:  # any defect of an untrusted hello: ignore it, keep serving
         log.warning("lobby: ignored a record that is not a valid hello: %s", exc)
         return None
-    differences = protocol_differences(protocol, theirs) or [
-        f"run id: expected one of {sorted(known_runs)}, got {env.run_id!r}"
-    ]
     if nonce not in reported:
         reported.add(nonce)
         log.error(_mismatch_text(f"a client agent of run {env.run_id}", clients, differences))

@@ -254,7 +254,6 @@ class ServerAgent:
             return
         m = env.client_id
         assert m is not None
-        self.last_seen[m] = time.time()
         if env.kind == "join":
             self.joined.add(m)
         elif env.kind == "leave":
@@ -263,7 +262,7 @@ class ServerAgent:
         elif env.kind == "telemetry":
             try:
                 entries = self._telemetry_entries(env, m)
-            except ProtocolError as exc:
+            except Exception as exc:  # any defect of an untrusted body: reject it, keep running
                 self._reject("invalid", "bad_payload", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
@@ -275,10 +274,12 @@ class ServerAgent:
                 outcome = ClientOutcome.from_dict(env.body())
                 if outcome.client != m:
                     raise ProtocolError(f"outcome of client {outcome.client} sent by client {m}")
-            except (ProtocolError, TypeError, ValueError) as exc:
+                outcome.check(self.budget, self.config.domain.shape[0])
+            except Exception as exc:  # any defect of an untrusted body: reject it, keep running
                 self._reject("invalid", "bad_payload", f"outcome of client {m}: {exc}", "control")
                 return
             self.run_session.add_outcome(outcome)
+        self.last_seen[m] = time.time()  # only a valid message says the client is alive
         self._count(f"control_{env.kind}")
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:

@@ -125,6 +125,7 @@ REJECT_REASONS = (
     "late",  # an earlier phase
     "future_phase",
     "bad_payload",  # a body the algorithm refuses
+    "conflict",  # a ledger record contradicting one already recorded
 )
 """Why a message is refused: the ``reason`` label of ``fedxab_messages_rejected_total``."""
 DIRECTIONS = ("up", "down")

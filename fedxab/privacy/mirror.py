@@ -34,7 +34,7 @@ from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.factory import make_broker
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.privacy.ledger import Budget, PrivacyLedger
+from fedxab.privacy.ledger import Budget, LedgerError, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.security.agents import keyring_in
 from fedxab.security.signing import Opened, SignatureError, open_signed
@@ -137,11 +137,36 @@ def apply_record(
     opener: Callable[[bytes], Opened] | None = None,
 ) -> int | None:
     """Apply one ledger-topic record; the client id if it is an end marker, else None.
-    ProtocolError if it is not a valid record for ``run_id``. ``opener`` verifies the record's
-    value and returns its envelope (signed runs; its
+    ProtocolError if it is not a valid record for ``run_id`` (then nothing is recorded).
+    ``opener`` verifies the record's value and returns its envelope (signed runs; its
     :class:`~fedxab.security.signing.SignatureError` is a ProtocolError); without it the value
     is only decoded. A signed server's record must be signed for the client it names."""
     opened = (opener or _unsigned)(record.value)
+    try:
+        client, entry, body = _entry_of(opened, run_id, signed=opener is not None)
+        if entry == "release":
+            event = PrivacyEvent.from_wire(body.get("event"))
+            phase, release = body.get("phase"), body.get("release")
+            if type(phase) is not int or type(release) is not int or phase != opened.envelope.phase:
+                raise ProtocolError(f"bad phase/release {phase!r}/{release!r}")
+        elif entry == "budget":
+            budget = Budget(float(body["epsilon"]), float(body["delta"]))
+    except (ProtocolError, ConfigError):
+        raise
+    except Exception as exc:  # any defect of an untrusted body is a malformed record
+        raise ProtocolError(f"bad ledger entry: {type(exc).__name__}: {exc}") from exc
+    if entry == "release":
+        ledger.record(run_id, client, phase, event, release)
+    elif entry == "budget":
+        ledger.set_budget(run_id, client, budget)
+    else:
+        return client
+    return None
+
+
+def _entry_of(opened: Opened, run_id: str, *, signed: bool) -> tuple[int, str, Mapping]:
+    """The client a ledger record is about, its entry kind and its body (ProtocolError if it is
+    not a record of ``run_id``)."""
     env = opened.envelope
     if env.run_id != run_id or env.kind != "ledger":
         raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
@@ -153,30 +178,16 @@ def apply_record(
         client = body.get("client")
         if type(client) is not int or client < 0:
             raise ProtocolError(f"a server's ledger entry must name a client, got {client!r}")
-        if opener is not None and client != opened.for_client:
+        if signed and client != opened.for_client:
             raise SignatureError(
                 "bad_signature", f"server's entry for client {client} signed for another"
             )
     if client is None:
         raise ProtocolError(f"ledger entry from {env.sender!r}")
     entry = body.get("entry")
-    if entry == "release":
-        event = PrivacyEvent.from_wire(body.get("event"))
-        phase, release = body.get("phase"), body.get("release")
-        if type(phase) is not int or type(release) is not int or phase != env.phase:
-            raise ProtocolError(f"bad phase/release {phase!r}/{release!r}")
-        ledger.record(run_id, client, phase, event, release)
-    elif entry == "budget":
-        try:
-            budget = Budget(float(body["epsilon"]), float(body["delta"]))
-        except (KeyError, TypeError, ValueError, FedxabError) as exc:
-            raise ProtocolError(f"bad budget entry: {exc}") from exc
-        ledger.set_budget(run_id, client, budget)
-    elif entry == "end":
-        return client
-    else:
-        raise ProtocolError(f"unknown ledger entry {entry!r}")
-    return None
+    if not isinstance(entry, str) or entry not in ("release", "budget", "end"):
+        raise ProtocolError(f"unknown ledger entry {entry!r:.80}")
+    return client, entry, body
 
 
 async def rebuild_ledger(
@@ -194,7 +205,8 @@ async def rebuild_ledger(
     Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
     (client ids), reads until each of them has its end marker, or ``timeout_s`` seconds. Invalid
     records are skipped, counted and logged. A record that contradicts one already in the
-    ledger raises :class:`~fedxab.privacy.ledger.LedgerError`: history is never rewritten.
+    ledger is skipped and counted too (reason ``conflict``, logged as an error naming the
+    client): history is never rewritten, and one client cannot stop the others' accounting.
     ``opener``: see :func:`apply_record` (signed runs pass their verifier: an unsigned or
     forged record is skipped and counted like a malformed one)."""
     result = Rebuild()
@@ -206,6 +218,17 @@ async def rebuild_ledger(
             result.skipped += 1
             result.reasons[exc.reason if isinstance(exc, SignatureError) else "malformed"] += 1
             log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)
+            return
+        except LedgerError as exc:  # a valid record that contradicts one already recorded
+            result.skipped += 1
+            result.reasons["conflict"] += 1
+            log.error(
+                "ledger topic %s offset %d: %s; the first record is kept (a client that published "
+                "two different releases under one key is misbehaving: audit it)",
+                topic,
+                record.offset,
+                exc,
+            )
             return
         if ended is not None:
             result.ended.add(ended)

@@ -71,6 +71,20 @@ class ClientOutcome:
             ),
         }
 
+    def check(self, budget: int, dim: int) -> None:
+        """ValueError unless this outcome fits a run of ``budget`` evaluations per client on a
+        ``dim``-dimensional domain (what a server checks of a client's outcome)."""
+        if self.evaluations > budget:
+            raise ValueError(f"{self.evaluations} evaluations, more than the budget {budget}")
+        if not np.array_equal(self.rounds, round_grid(budget, OUTCOME_POINTS)):
+            raise ValueError("'rounds' is not the run's grid of rounds")
+        if (self.best_value is None) != (self.best_point is None):
+            raise ValueError("'best_value' and 'best_point' must both be given or both null")
+        for name in ("best_point", "recommendation"):
+            point = getattr(self, name)
+            if point is not None and (point.shape != (dim,) or not np.isfinite(point).all()):
+                raise ValueError(f"{name!r} must be {dim} finite numbers")
+
     @classmethod
     def from_dict(cls, data: Any) -> ClientOutcome:
         """The inverse of :meth:`to_dict`; a ValueError names any bad field."""
@@ -88,8 +102,10 @@ class ClientOutcome:
         if rounds.ndim != 1 or curve.shape != rounds.shape:
             raise ValueError("'best_so_far' must hold one value per round of 'rounds'")
         best = data["best_value"]
-        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
-            raise ValueError(f"'best_value' must be a number or null, got {best!r}")
+        if best is not None and (
+            isinstance(best, bool) or not isinstance(best, int | float) or not math.isfinite(best)
+        ):
+            raise ValueError(f"'best_value' must be a finite number or null, got {best!r:.80}")
         point, rec = data["best_point"], data["recommendation"]
         return cls(
             client=client,

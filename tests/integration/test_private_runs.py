@@ -25,7 +25,7 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import GaussianMechanism
-from fedxab.privacy.mirror import rebuild_ledger
+from fedxab.privacy.mirror import rebuild_ledger, release_record
 
 SEED = 2
 EPSILON, PRIVACY_DELTA = 0.5, 1e-3
@@ -156,6 +156,32 @@ def test_the_memory_broker_gives_the_in_process_privacy_and_a_rebuildable_ledger
     for m in range(CLIENTS):
         assert rebuilt.events(run, m) == original.events(run, m)
         assert rebuilt.budget(run, m) == original.budget(run, m)
+
+
+def test_a_conflicting_ledger_record_is_skipped_and_named_not_fatal(phases, caplog):
+    """An authenticated client that publishes a second, different release under one key: the
+    rebuild keeps the first, counts the conflict, names the client, and accounts the others."""
+    config = _config({"budget_epsilon": _epsilon_after(2)})
+    broker = MemoryBroker()
+    run = run_id_for(config, SEED)
+    topic = run_topics("fedxab", run)["ledger"]
+
+    async def main():
+        async with broker:
+            await run_on_broker(config, SEED, broker, hosts=2)
+            honest = PrivacyLedger(":memory:")
+            await rebuild_ledger(broker, topic, run, honest)
+            phase, release, _, event = honest.history(run, 0)[0]
+            forged = dataclasses.replace(event, noise_multiplier=event.noise_multiplier / 2)
+            await broker.publish(topic, "0", release_record(run, 0, phase, forged, release))
+            rebuilt = PrivacyLedger(":memory:")
+            return honest, rebuilt, await rebuild_ledger(broker, topic, run, rebuilt)
+
+    honest, rebuilt, summary = asyncio.run(main())
+    assert summary.skipped == 1 and summary.reasons == {"conflict": 1}
+    for m in range(CLIENTS):  # the first record kept, every client accounted
+        assert rebuilt.events(run, m) == honest.events(run, m) != []
+    assert any(r.levelname == "ERROR" and "client 0" in r.getMessage() for r in caplog.records)
 
 
 def test_privacy_settings_are_checked():
