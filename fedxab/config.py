@@ -220,6 +220,15 @@ class Section:
         }
 
 
+MAX_BUDGET = 10**8
+"""Most evaluations per client a run takes: a run keeps a few numbers per evaluation (2.4 GB of
+regret bookkeeping for one client at 10^8)."""
+
+MAX_CLIENTS = 1_000_000
+"""Most clients a federation takes (every party keeps a few numbers per client; the issue's
+largest deployment has 100,000)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Section):
     """``[run]``: what every run has, whatever the algorithm."""
@@ -240,10 +249,11 @@ class RunConfig(Section):
             raise ConfigError("run.seed", f"must be an integer >= 0, got {self.seed}")
         if self.repeats < 1:
             raise ConfigError("run.repeats", f"must be an integer >= 1, got {self.repeats}")
-        if self.budget <= 0:
+        if not 0 < self.budget <= MAX_BUDGET:
             raise ConfigError(
                 "run.budget",
-                f"must be a positive integer (evaluations per client), got {self.budget}",
+                f"must be an integer in 1..{MAX_BUDGET:,} (evaluations per client), got "
+                f"{self.budget}",
             )
         if not self.output.strip():
             raise ConfigError("run.output", "must be a non-empty directory path")
@@ -476,9 +486,10 @@ class FederationConfig(Section):
     """Keys that apply to one heterogeneity only."""
 
     def _check(self) -> None:
-        if self.clients < 1:
+        if not 1 <= self.clients <= MAX_CLIENTS:
             raise ConfigError(
-                "federation.clients", f"must be an integer >= 1 (clients), got {self.clients}"
+                "federation.clients",
+                f"must be an integer in 1..{MAX_CLIENTS:,} (clients), got {self.clients}",
             )
         if self.heterogeneity not in HETEROGENEITY:
             raise ConfigError(

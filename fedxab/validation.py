@@ -11,6 +11,18 @@ from collections.abc import Sequence
 
 from fedxab.errors import ConfigError
 
+RHO_MIN = 1e-3
+"""Smallest ``rho`` (``rho_max``) taken. The trees' thresholds grow like ``rho**(-2h)`` with the
+depth h: at rho = 1e-3 they reach 1e300 at depth 50 (a double overflows near 1.8e308), and a
+smaller rho only makes the cells' diameter bound ``nu * rho**h`` vanish faster than any
+objective in the papers varies."""
+
+NU_MAX = 1e6
+"""Largest ``nu`` (``nu_max``) taken: nu bounds how much the objective varies over the whole
+domain, in reward units; beyond 1e6 the thresholds ``(c / nu)**2 * rho**(-2h)`` stay below one
+pull for more levels than a double can split an interval (about 50), and rescaling the rewards
+is the fix."""
+
 
 def check_choice(field: str, value: str, allowed: Sequence[str]) -> str:
     """``value`` if it is one of ``allowed``."""
@@ -31,6 +43,30 @@ def check_positive(field: str, value: float, upper: float | None = None) -> floa
         bound = f" and < {upper}" if upper is not None else ""
         raise ConfigError(field, f"must be > 0{bound}, got {value!r}")
     return v
+
+
+def check_rho(field: str, value: float) -> float:
+    """A tree's shrink rate: a number in [:data:`RHO_MIN`, 1)."""
+    rho = check_positive(field, value, upper=1.0)
+    if rho < RHO_MIN:
+        raise ConfigError(
+            field,
+            f"must be >= {RHO_MIN:g} (and < 1), got {value!r}: the thresholds rho^(-2h) would "
+            "overflow within the depths the tree reaches",
+        )
+    return rho
+
+
+def check_nu(field: str, value: float) -> float:
+    """A smoothness constant: a number in (0, :data:`NU_MAX`]."""
+    nu = check_positive(field, value)
+    if nu > NU_MAX:
+        raise ConfigError(
+            field,
+            f"must be <= {NU_MAX:g}, got {value!r}: nu bounds the objective's variation in "
+            "reward units; rescale the rewards instead",
+        )
+    return nu
 
 
 def check_positive_int(field: str, value: int) -> int:

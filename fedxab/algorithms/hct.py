@@ -38,7 +38,7 @@ from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.partition import Partition
 from fedxab.errors import ConfigError, UnknownPointError
 from fedxab.seeding import stream
-from fedxab.validation import check_choice, check_positive, check_positive_int
+from fedxab.validation import check_choice, check_nu, check_positive, check_positive_int, check_rho
 
 PRESETS = ("practical", "theory")
 REFRESH_RULES = ("paper", "consistent")
@@ -119,8 +119,8 @@ class HCT:
         recommendation: str = "lcb",
         seed: int = 0,
     ) -> None:
-        self.nu = check_positive("algorithm.nu", nu)
-        self.rho = check_positive("algorithm.rho", rho, upper=1.0)
+        self.nu = check_nu("algorithm.nu", nu)
+        self.rho = check_rho("algorithm.rho", rho)
         if budget is not None:
             check_positive_int("run.budget", budget)
         self.c, self.c1, self.delta = resolve_constants(

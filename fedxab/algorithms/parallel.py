@@ -51,7 +51,7 @@ from fedxab.algorithms.protocol import (
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
 from fedxab.errors import ConfigError, ProtocolError
-from fedxab.validation import check_positive, check_positive_int
+from fedxab.validation import check_nu, check_positive, check_positive_int, check_rho
 
 __all__ = [
     "LevelRecord",
@@ -160,8 +160,8 @@ class ParallelServer(InboxServer[ParallelReport]):
     ) -> None:
         self.n_clients = check_positive_int("federation.clients", n_clients)
         self.budget = check_positive_int("run.budget", budget)
-        self.nu = check_positive("algorithm.nu", nu)
-        self.rho = check_positive("algorithm.rho", rho, upper=1.0)
+        self.nu = check_nu("algorithm.nu", nu)
+        self.rho = check_rho("algorithm.rho", rho)
         if delta is None:
             delta = 1.0 / budget  # theory's choice (spec §3.2)
         self.delta = check_positive("algorithm.delta", delta)

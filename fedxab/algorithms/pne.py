@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedxab.validation import check_choice, check_positive, check_positive_int
+from fedxab.validation import check_choice, check_nu, check_positive, check_positive_int, check_rho
 
 PRESETS = ("practical", "theory")
 
@@ -63,8 +63,8 @@ class PNEConstants:
         if delta is None:  # 1/M, capped at 1/2 so that one client still has a valid level
             delta = min(1.0 / n_clients, 0.5)
         return cls(
-            nu=check_positive("algorithm.nu", nu),
-            rho=check_positive("algorithm.rho", rho, upper=1.0),
+            nu=check_nu("algorithm.nu", nu),
+            rho=check_rho("algorithm.rho", rho),
             c=check_positive("algorithm.c", c),
             c1=check_positive("algorithm.c1", c1),
             delta=check_positive("algorithm.delta", delta, upper=1.0),

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedxab.algorithms.hct import HCT, RECOMMENDATIONS
 from fedxab.errors import ConfigError, UnknownPointError
-from fedxab.validation import check_choice, check_positive
+from fedxab.validation import check_choice, check_nu, check_rho
 
 RHO_GRIDS = ("zero-based", "literal")
 
@@ -73,8 +73,8 @@ class POO:
         recommendation: str = "lcb",
         seed: int = 0,
     ) -> None:
-        self.nu_max = check_positive("algorithm.nu_max", nu_max)
-        self.rho_max = check_positive("algorithm.rho_max", rho_max, upper=1.0)
+        self.nu_max = check_nu("algorithm.nu_max", nu_max)
+        self.rho_max = check_rho("algorithm.rho_max", rho_max)
         self.rho_grid = check_choice("algorithm.rho_grid", rho_grid, RHO_GRIDS)
         self.recommendation = check_choice(
             "algorithm.recommendation", recommendation, RECOMMENDATIONS

@@ -147,7 +147,7 @@ def test_non_positive_budget(budget):
     err = _error({"run": {"budget": budget}})
     assert err.field == "run.budget"
     assert str(budget) in str(err)
-    assert "positive" in str(err)
+    assert "1..100,000,000" in str(err)
 
 
 def test_negative_seed_and_zero_repeats():
@@ -283,3 +283,46 @@ def test_sections_come_from_config_fields():
         "security",
         "privacy",
     ]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"algorithm": {"name": "poo", "rho_max": 1e-320}}, "algorithm.rho_max"),
+        ({"algorithm": {"name": "hct", "rho": 1e-4}}, "algorithm.rho"),
+        ({"algorithm": {"name": "hct", "nu": 2**63 - 1}}, "algorithm.nu"),
+        ({"algorithm": {"name": "poo", "nu_max": 1e7}}, "algorithm.nu_max"),
+        ({"algorithm": {"name": "fedpne", "nu": 2**63 - 1}, "federation": {"clients": 2}},
+         "algorithm.nu"),
+        ({"algorithm": {"name": "parallel", "rho": 1e-320}, "federation": {"clients": 2}},
+         "algorithm.rho"),
+        ({"algorithm": {"name": "fedpne"}, "federation": {"clients": 2**31}}, "federation.clients"),
+        ({"run": {"budget": 2**62}, "algorithm": {"name": "hct"}}, "run.budget"),
+    ],
+)  # fmt: skip
+def test_settings_that_used_to_crash_at_run_time_are_config_errors(data, field):
+    """Issue 16: each of these loaded, then crashed (overflow, division by zero) or hung."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"algorithm": {"name": "hct", "nu": 1e6, "rho": 1e-3}},
+        {"algorithm": {"name": "poo", "nu_max": 1e6, "rho_max": 1e-3}},
+        {"algorithm": {"name": "fedpne", "nu": 1e6, "rho": 1e-3}, "federation": {"clients": 2}},
+        {"algorithm": {"name": "parallel", "nu": 1e6, "rho": 1e-3}, "federation": {"clients": 2}},
+    ],
+)
+def test_the_extreme_settings_still_taken_run(data):
+    from fedxab.agents.local import run_config
+    from fedxab.api import run_job
+
+    config = config_from_dict({"run": {"budget": 300}, **data})
+    if config.federation is None:
+        results = run_config(config)
+    else:
+        results = run_job(config.with_broker_url("inprocess://"))
+    assert results.runs[0].evaluations == 300 * (2 if config.federation else 1)

@@ -81,7 +81,7 @@ def test_single_agent_algorithm_with_federation_section_is_an_error():
 @pytest.mark.parametrize(
     ("section", "field", "fragment"),
     [
-        ({"clients": 0}, "federation.clients", ">= 1"),
+        ({"clients": 0}, "federation.clients", "in 1..1,000,000"),
         ({"clients": 2.5}, "federation.clients", "integer"),
         ({"clients": True}, "federation.clients", "integer"),
         ({"heterogeneity": "random"}, "federation.heterogeneity", "offset, shift, none"),
