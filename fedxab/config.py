@@ -66,7 +66,12 @@ from fedxab.algorithms.registry import (
     make_federation,
     make_optimizer,
 )
-from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from fedxab.broker.base import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    check_max_message_bytes,
+)
 from fedxab.domain import as_domain
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
@@ -601,16 +606,12 @@ class BrokerConfig(Section):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    """Kafka only: the largest record fedxab publishes, and the ``max.message.bytes`` of the
-    topics it creates (Kafka's default, 1 MiB, fits signed broadcasts up to about 32,000
-    clients)."""
+    """The largest record a party publishes or reads (a larger one read from a topic is refused
+    before decoding); on Kafka also the ``max.message.bytes`` of the topics fedxab creates.
+    Kafka's default, 1 MiB, fits signed broadcasts up to about 32,000 clients."""
 
     def _check(self) -> None:
-        if self.max_message_bytes < 1:
-            raise ConfigError(
-                "broker.max_message_bytes",
-                f"must be a positive number of bytes, got {self.max_message_bytes}",
-            )
+        check_max_message_bytes(self.max_message_bytes)
         if not self.url.startswith(("memory://", "inprocess://", "kafka://")):
             raise ConfigError(
                 "broker.url",

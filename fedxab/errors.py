@@ -40,5 +40,9 @@ class ObjectiveError(FedxabError, ValueError):
 class ProtocolError(FedxabError, ValueError):
     """A message (broadcast, report, envelope) is malformed, from the wrong phase, or unexpected.
 
-    A server or client that receives one rejects the message, counts it, and keeps its state.
+    A server or client that receives one rejects the message, counts it under :attr:`reason`,
+    and keeps its state.
     """
+
+    reason = "malformed"
+    """The label a receiver counts the refusal under (``fedxab_messages_rejected_total``)."""

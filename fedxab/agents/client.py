@@ -56,8 +56,7 @@ from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best
-from fedxab.security.agents import signer_for
-from fedxab.security.signing import Opened, SignatureError
+from fedxab.security.agents import open_record, signer_for
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -155,14 +154,9 @@ class ClientAgent:
         signing run: also one without a right tag for each hosted client). A valid broadcast's
         session becomes :attr:`session`."""
         try:
-            if self.signer is None:
-                opened = Opened(Envelope.decode(record.value), "")
-            else:
-                opened = self.signer.open(record.value)
-        except SignatureError as exc:
-            return self._invalid(exc.reason, str(exc))
+            opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
-            return self._invalid("malformed", str(exc))
+            return self._invalid(exc.reason, str(exc))
         env = opened.envelope
         if env.run_id != self.run_id:
             return self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")

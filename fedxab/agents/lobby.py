@@ -29,7 +29,7 @@ from fedxab.broker.base import Broker, Record
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ProtocolError
 from fedxab.run.identity import ProtocolMismatchError, protocol_differences
-from fedxab.security.signing import Opened, SignatureError
+from fedxab.security.agents import open_record
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -40,14 +40,12 @@ __all__ = ["HELLO_INTERVAL_S", "announce_and_watch", "refuse_strangers"]
 
 log = logging.getLogger(__name__)
 
+_REPORTED_NONCES = 10_000
+"""Hellos whose mismatch the server remembers having logged (a hello repeats every
+:data:`HELLO_INTERVAL_S`: each is logged once, not every time)."""
+
 HELLO_INTERVAL_S = 2.0
 """Seconds between a waiting client agent's hellos (a server started later still sees one)."""
-
-
-def _open(record: Record, signer: Signer | None) -> Opened:
-    if signer is None:
-        return Opened(Envelope.decode(record.value), "")
-    return signer.open(record.value)
 
 
 def _envelope(run_id: str, kind: str, sender: str, body: Any) -> bytes:
@@ -103,7 +101,7 @@ async def announce_and_watch(
 
     sender = asyncio.create_task(say_hello())
     sub = broker.subscribe(topic, None)
-    reader = asyncio.ensure_future(_refusal(sub, nonce, signer))
+    reader = asyncio.ensure_future(_refusal(sub, nonce, signer, broker.max_message_bytes))
     waiter = asyncio.ensure_future(matched.wait())
     try:
         await asyncio.wait({reader, waiter, sender}, return_when=asyncio.FIRST_COMPLETED)
@@ -122,24 +120,26 @@ async def announce_and_watch(
         await sub.close()
 
 
-async def _refusal(sub: Any, nonce: str, signer: Signer | None) -> list[str]:
+async def _refusal(sub: Any, nonce: str, signer: Signer | None, max_bytes: int) -> list[str]:
     """The differences named by the server's refusal of hello ``nonce``."""
     async for record in sub:
-        differences = _differences_in(record, nonce, signer)
+        differences = _differences_in(record, nonce, signer, max_bytes)
         if differences is not None:
             return differences
     raise ProtocolError("the lobby subscription ended")
 
 
-def _differences_in(record: Record, nonce: str, signer: Signer | None) -> list[str] | None:
+def _differences_in(
+    record: Record, nonce: str, signer: Signer | None, max_bytes: int
+) -> list[str] | None:
     """The differences named by the server's refusal of hello ``nonce`` in ``record``; None for
     any other record (other parties' lobby traffic, or not a valid refusal)."""
     try:
-        env = _open(record, signer).envelope
+        env = open_record(record.value, signer, max_bytes).envelope
         if env.kind != "refuse" or env.sender != SERVER:
             return None
         body = env.body()
-    except (ProtocolError, SignatureError):
+    except ProtocolError:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("nonce"), str):
         return None
@@ -166,7 +166,9 @@ async def refuse_strangers(
         async for record in sub:
             if record.offset < start.get(record.partition, 0):
                 continue
-            refusal = _refusal_of(record, protocol, known_runs, signer, reported)
+            refusal = _refusal_of(
+                record, protocol, known_runs, signer, reported, broker.max_message_bytes
+            )
             if refusal is not None:
                 await broker.publish(topic, record.key, refusal)
     finally:
@@ -179,10 +181,13 @@ def _refusal_of(
     known_runs: Collection[str],
     signer: Signer | None,
     reported: set[str],
+    max_bytes: int,
 ) -> bytes | None:
-    """The refusal of the hello in ``record``, or None (not a hello, or one of a known run)."""
+    """The refusal of the hello in ``record``, or None (not a hello, or one of a known run).
+    Each hello's mismatch is logged once (``reported`` holds the nonces logged, at most
+    :data:`_REPORTED_NONCES` of them)."""
     try:
-        env = _open(record, signer).envelope
+        env = open_record(record.value, signer, max_bytes).envelope
         if env.kind != "hello" or env.run_id in known_runs:
             return None
         body = env.body()
@@ -203,6 +208,8 @@ def _refusal_of(
         log.warning("lobby: ignored a record that is not a valid hello: %s", exc)
         return None
     if nonce not in reported:
+        if len(reported) >= _REPORTED_NONCES:
+            reported.clear()  # a mismatch logged again is better than a set that never ends
         reported.add(nonce)
         log.error(_mismatch_text(f"a client agent of run {env.run_id}", clients, differences))
     refusal = _envelope(env.run_id, "refuse", SERVER, {"nonce": nonce, "differences": differences})

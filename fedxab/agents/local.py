@@ -47,7 +47,6 @@ RunStartCallback = Callable[[int, int, int], None]
 """``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
 
 
-
 def objective_info(config: Config) -> dict[str, Any]:
     """The ``objective`` block of the results file: the built-in objective (built once to
     describe it), or a user's own, described by its config alone (never imported here)."""

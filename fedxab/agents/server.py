@@ -69,8 +69,7 @@ from fedxab.run.observe import (
     start_run,
 )
 from fedxab.run.outcome import ClientOutcome
-from fedxab.security.agents import signer_for
-from fedxab.security.signing import Opened, SignatureError
+from fedxab.security.agents import open_record, signer_for
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = ["RunConflictError", "ServerAgent"]
 
 log = logging.getLogger(__name__)
+
 
 class RunConflictError(FedxabError, RuntimeError):
     """The run's topics already hold another start of the same run."""
@@ -186,12 +186,6 @@ class ServerAgent:
         level = logging.WARNING if outcome == "invalid" else logging.INFO
         log.log(level, "run %s: %s %s (%s): %s", self.run_id, outcome, where, why, text)
 
-    def _open(self, record: Record) -> Opened:
-        """The record's envelope, verified if this run signs."""
-        if self.signer is None:
-            return Opened(Envelope.decode(record.value), "")
-        return self.signer.open(record.value)
-
     def _envelope(self, record: Record, kinds: tuple[str, ...], where: str) -> Envelope | None:
         """The record's envelope if it is for this run, of an expected kind, from a known
         client whose id matches the record key (and, if this run signs, signed by that client in
@@ -199,12 +193,9 @@ class ServerAgent:
         on, the record is verified first: one not signed by the claimed client's key is refused
         with the :class:`~fedxab.security.signing.SignatureError`'s reason."""
         try:
-            opened = self._open(record)
-        except SignatureError as exc:
-            self._reject("invalid", exc.reason, str(exc), where)
-            return None
+            opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
-            self._reject("invalid", "malformed", str(exc), where)
+            self._reject("invalid", exc.reason, str(exc), where)
             return None
         env = opened.envelope
         if env.run_id != self.run_id:
@@ -612,7 +603,7 @@ class ServerAgent:
                 run_ledger.ledger,
                 expect=set(range(self.n_clients)),
                 timeout_s=self.settings.telemetry_timeout_s,
-                opener=None if self.signer is None else self.signer.open,
+                signer=self.signer,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
             self.rejected.update({("ledger", why): n for why, n in rebuilt.reasons.items()})

@@ -16,6 +16,11 @@ use, so that the in-memory broker (:mod:`fedxab.broker.memory`) and the Kafka br
   commits: how a client rebuilds its state by replaying every broadcast;
 - :meth:`Subscription.commit` marks every record up to and including the given one as handled.
 
+Every broker takes records up to ``max_message_bytes`` (``[broker] max_message_bytes``, 1 MiB by
+default): a larger one is refused when published (:class:`BrokerError`), and a larger one read
+from a topic (a hostile or misconfigured publisher) is refused by its size before any decoding
+(:func:`check_record_size`, :class:`RecordTooLarge`).
+
 Exactly-once delivery (idempotent or transactional producers) is not used: at-least-once plus
 dedupe is the design.
 
@@ -30,7 +35,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, FedxabError, ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -38,8 +43,13 @@ __all__ = [
     "SECURITY_PROTOCOLS",
     "TOPIC_KINDS",
     "Broker",
+    "BrokerError",
     "Record",
+    "RecordTooLarge",
     "Subscription",
+    "check_max_message_bytes",
+    "check_record_size",
+    "refuse_oversize_publish",
     "run_topics",
     "topic_name",
 ]
@@ -50,6 +60,46 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 """SASL mechanisms fedxab passes to the Kafka client."""
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 """Kafka's default largest record (``message.max.bytes``, ``max_request_size``): 1 MiB."""
+
+
+class BrokerError(FedxabError, ConnectionError):
+    """The broker could not be reached, or refused a request (after retries, where they help)."""
+
+
+class RecordTooLarge(ProtocolError):
+    """A record read from a topic is larger than the reader's ``max_message_bytes``."""
+
+    reason = "too_large"
+
+
+def check_max_message_bytes(value: object) -> int:
+    """``value`` if it is a positive int, else :class:`ConfigError` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            "broker.max_message_bytes", f"must be a positive number of bytes, got {value!r}"
+        )
+    return value
+
+
+def check_record_size(value: bytes, limit: int) -> None:
+    """Refuse a record read from a topic by its size alone, before any byte of it is decoded
+    (decoding a hostile msgpack record can take about 70 times its size in memory)."""
+    if len(value) > limit:
+        raise RecordTooLarge(
+            f"a record of {len(value):,} bytes is larger than [broker] max_message_bytes "
+            f"({limit:,} bytes); if such records are expected, raise it on every party"
+        )
+
+
+def refuse_oversize_publish(topic: str, value: bytes, limit: int) -> None:
+    """:class:`BrokerError` for a record above ``limit`` that this party was about to publish."""
+    if len(value) > limit:
+        raise BrokerError(
+            f"a record of {len(value):,} bytes for topic {topic!r} is larger than [broker] "
+            f"max_message_bytes ({limit:,} bytes). Raise it on every party (a signed broadcast "
+            "carries 32 bytes per client)"
+        )
+
 
 TOPIC_KINDS = ("broadcast", "report", "control", "ledger")
 """broadcast: server -> clients; report: clients -> server (key = client id); control: join,
@@ -131,6 +181,9 @@ class Subscription(abc.ABC):
 
 class Broker(abc.ABC):
     """A transport of byte records between agents (see the module docstring)."""
+
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """The largest record published or read (module docstring)."""
 
     @abc.abstractmethod
     async def start(self) -> None:

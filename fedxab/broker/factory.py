@@ -153,7 +153,7 @@ def make_broker(url: str, settings: BrokerConfig | None = None) -> Broker | None
 
 def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
     if url == "memory://":
-        return MemoryBroker()
+        return MemoryBroker(max_message_bytes=settings.max_message_bytes)
     if url == "inprocess://":
         return None
     if url.startswith("kafka://"):

@@ -61,6 +61,10 @@ class FaultyBroker(Broker):
         self._flushes: set[asyncio.Task[None]] = set()
         self._logged = False
 
+    @property
+    def max_message_bytes(self) -> int:  # type: ignore[override]
+        return self.inner.max_message_bytes
+
     def _disturbed(self, topic: str) -> bool:
         return topic.rsplit(".", 1)[-1] in self.kinds
 

@@ -58,10 +58,13 @@ from fedxab.broker.base import (
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     Broker,
+    BrokerError,
     Record,
     Subscription,
+    check_max_message_bytes,
+    refuse_oversize_publish,
 )
-from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.errors import ConfigError, ProtocolError
 
 __all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options"]
 
@@ -77,10 +80,6 @@ SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, *_SSL_KEYS)
 
 _MAX_REREADS = 3
 """Times a reader goes back for a skipped offset before it accepts the gap."""
-
-
-class BrokerError(FedxabError, ConnectionError):
-    """The Kafka cluster could not be reached, or refused a request, after the retries."""
 
 
 def _field(key: str) -> str:
@@ -193,8 +192,7 @@ class KafkaBroker(Broker):
         _positive("broker.reconnect_backoff", reconnect_backoff)
         _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
         _positive("broker.session_timeout_ms", session_timeout_ms, integer=True)
-        _positive("broker.max_message_bytes", max_message_bytes, integer=True)
-        self.max_message_bytes = max_message_bytes
+        self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.bootstrap_servers = bootstrap_servers
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -323,6 +321,7 @@ class KafkaBroker(Broker):
             raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
         if key is not None and not isinstance(key, str):
             raise ProtocolError(f"record keys are str or None, got {type(key).__name__}")
+        refuse_oversize_publish(topic, value, self.max_message_bytes)
         producer = await self._ready_producer()
         await self._ensure_topics([topic])
         raw_key = None if key is None else key.encode()

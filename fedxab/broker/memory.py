@@ -16,7 +16,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from fedxab.broker.base import Broker, Record, Subscription
+from fedxab.broker.base import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Broker,
+    Record,
+    Subscription,
+    check_max_message_bytes,
+    refuse_oversize_publish,
+)
 from fedxab.errors import ProtocolError
 
 __all__ = ["MemoryBroker"]
@@ -91,7 +98,8 @@ class _MemorySubscription(Subscription):
 class MemoryBroker(Broker):
     """In-process broker with Kafka's topic, group and commit semantics (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self._topics: dict[str, _Topic] = {}
         self._committed: dict[tuple[str, str], int] = {}
         self._owners: dict[tuple[str, str], _MemorySubscription] = {}
@@ -115,6 +123,7 @@ class MemoryBroker(Broker):
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
         if not isinstance(value, bytes):
             raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
+        refuse_oversize_publish(topic, value, self.max_message_bytes)
         self._topic(topic).append(key, value)
 
     def subscribe(self, topic: str, group: str | None) -> Subscription:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedxab.errors import ConfigError
-from fedxab.privacy.mechanisms import PrivacyEvent
+from fedxab.privacy.mechanisms import MAX_EVENT_COUNT, PrivacyEvent
 from fedxab.validation import check_choice, check_positive
 
 if TYPE_CHECKING:
@@ -101,8 +101,11 @@ def check_event(event: PrivacyEvent) -> None:
     q = check_positive("event.sampling_rate", event.sampling_rate)
     if q > 1:
         raise ConfigError("event.sampling_rate", f"must lie in (0, 1], got {q}")
-    if isinstance(event.count, bool) or not isinstance(event.count, int) or event.count < 1:
-        raise ConfigError("event.count", f"must be an integer >= 1, got {event.count!r}")
+    count = event.count
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_EVENT_COUNT:
+        raise ConfigError(
+            "event.count", f"must be an integer in [1, {MAX_EVENT_COUNT}], got {count!r}"
+        )
 
 
 def _scopes(events: Iterable[PrivacyEvent]) -> list[tuple[PrivacyEvent, ...]]:

@@ -29,6 +29,10 @@ from fedxab.validation import check_choice, check_positive
 
 CALIBRATIONS = ("classic", "analytic")
 
+MAX_EVENT_COUNT = 2**31 - 1
+"""Most releases one event may compose (a run's budget is at most 10^8 rounds); also what the
+ledger's SQLite integers hold with room to spare."""
+
 
 @dataclass(frozen=True)
 class PrivacyEvent:
@@ -72,8 +76,10 @@ class PrivacyEvent:
             raise ProtocolError(f"privacy event: a number field is not a number ({exc})") from exc
         if not isinstance(mechanism, str) or not isinstance(scope, str):
             raise ProtocolError("privacy event: fields 'mechanism' and 'scope' must be strings")
-        if type(count) is not int or count < 1:
-            raise ProtocolError("privacy event: field 'count' must be an integer >= 1")
+        if type(count) is not int or not 1 <= count <= MAX_EVENT_COUNT:
+            raise ProtocolError(
+                f"privacy event: field 'count' must be an integer in [1, {MAX_EVENT_COUNT}]"
+            )
         if not all(math.isfinite(v) and v > 0 for v in numbers) or numbers[1] > 1:
             raise ProtocolError(f"privacy event: out of range values {numbers}")
         return cls(mechanism, *numbers, count, scope)

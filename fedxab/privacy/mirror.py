@@ -24,20 +24,20 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedxab.broker.base import Broker, Record, topic_name
+from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Broker, Record, topic_name
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.factory import make_broker
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.ledger import Budget, LedgerError, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.security.agents import keyring_in
-from fedxab.security.signing import Opened, SignatureError, open_signed
+from fedxab.security.agents import Signer, keyring_in, open_record
+from fedxab.security.signing import Opened, SignatureError
 
 __all__ = [
     "Rebuild",
@@ -126,24 +126,21 @@ class Rebuild:
     reasons: Counter[str] = field(default_factory=Counter)
 
 
-def _unsigned(value: bytes) -> Opened:
-    return Opened(Envelope.decode(value), "")
-
-
 def apply_record(
     ledger: PrivacyLedger,
     run_id: str,
     record: Record,
-    opener: Callable[[bytes], Opened] | None = None,
+    signer: Signer | None = None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> int | None:
     """Apply one ledger-topic record; the client id if it is an end marker, else None.
-    ProtocolError if it is not a valid record for ``run_id`` (then nothing is recorded).
-    ``opener`` verifies the record's value and returns its envelope (signed runs; its
-    :class:`~fedxab.security.signing.SignatureError` is a ProtocolError); without it the value
-    is only decoded. A signed server's record must be signed for the client it names."""
-    opened = (opener or _unsigned)(record.value)
+    ProtocolError if it is not a valid record for ``run_id`` (then nothing is recorded),
+    among them a record above ``max_bytes`` (refused before decoding). ``signer`` (signed
+    runs) verifies the record; without it the record is only decoded. A signed server's record
+    must be signed for the client it names."""
+    opened = open_record(record.value, signer, max_bytes)
     try:
-        client, entry, body = _entry_of(opened, run_id, signed=opener is not None)
+        client, entry, body = _entry_of(opened, run_id, signed=signer is not None)
         if entry == "release":
             event = PrivacyEvent.from_wire(body.get("event"))
             phase, release = body.get("phase"), body.get("release")
@@ -198,7 +195,7 @@ async def rebuild_ledger(
     *,
     expect: set[int] | None = None,
     timeout_s: float = 60.0,
-    opener: Callable[[bytes], Opened] | None = None,
+    signer: Signer | None = None,
 ) -> Rebuild:
     """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
 
@@ -207,16 +204,17 @@ async def rebuild_ledger(
     records are skipped, counted and logged. A record that contradicts one already in the
     ledger is skipped and counted too (reason ``conflict``, logged as an error naming the
     client): history is never rewritten, and one client cannot stop the others' accounting.
-    ``opener``: see :func:`apply_record` (signed runs pass their verifier: an unsigned or
-    forged record is skipped and counted like a malformed one)."""
+    ``signer``: see :func:`apply_record` (signed runs pass theirs: an unsigned or forged record
+    is skipped and counted like a malformed one). Records above the broker's
+    ``max_message_bytes`` are skipped unread."""
     result = Rebuild()
 
     def apply(record: Record) -> None:
         try:
-            ended = apply_record(ledger, run_id, record, opener)
+            ended = apply_record(ledger, run_id, record, signer, broker.max_message_bytes)
         except (ProtocolError, ConfigError) as exc:  # malformed, or an event no accountant takes
             result.skipped += 1
-            result.reasons[exc.reason if isinstance(exc, SignatureError) else "malformed"] += 1
+            result.reasons[exc.reason if isinstance(exc, ProtocolError) else "malformed"] += 1
             log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)
             return
         except LedgerError as exc:  # a valid record that contradicts one already recorded
@@ -268,13 +266,10 @@ def rebuild_from_broker(
     recorded."""
     if not url.startswith("kafka://"):
         raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
-    opener = None
+    signer = None
     if keys_dir is not None:
         keyring = keyring_in(keys_dir)
-        n = max(keyring) + 1  # ledger records carry one tag: n only bounds the message size
-
-        def opener(value: bytes) -> Opened:
-            return open_signed(value, keyring, n)
+        signer = Signer(keyring, max(keyring) + 1)  # ledger records carry one tag each
 
     topic = topic_name(namespace, run_id, "ledger")
     broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
@@ -282,7 +277,7 @@ def rebuild_from_broker(
     async def main() -> tuple[Rebuild, list[int]]:
         async with broker:
             with PrivacyLedger(path) as book:
-                rebuilt = await rebuild_ledger(broker, topic, run_id, book, opener=opener)
+                rebuilt = await rebuild_ledger(broker, topic, run_id, book, signer=signer)
                 return rebuilt, book.clients(run_id)
 
     return asyncio.run(main())

@@ -205,5 +205,3 @@ def regret_coverage(sums: RegretSums, expected: np.ndarray) -> dict[str, Any] | 
         "pulls_received": int(np.minimum(sums.received, expected).sum()),
         "clients": [int(m) for m in short],
     }
-
-

@@ -18,13 +18,22 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedxab.broker.codec import client_sender
+from fedxab.broker.base import check_record_size
+from fedxab.broker.codec import Envelope, client_sender
 from fedxab.config import Config, SecurityConfig
 from fedxab.errors import FedxabError
 from fedxab.security.keys import SecretKey, key_file_name, load_key, load_key_from_env
 from fedxab.security.signing import Opened, open_signed, seal, seal_for_every_client
 
-__all__ = ["KEY_ENV_PREFIX", "Signer", "key_env_var", "keyring_in", "signer_for", "signing_on"]
+__all__ = [
+    "KEY_ENV_PREFIX",
+    "Signer",
+    "key_env_var",
+    "keyring_in",
+    "open_record",
+    "signer_for",
+    "signing_on",
+]
 
 KEY_ENV_PREFIX = "FEDXAB_KEY_CLIENT_"
 """Environment variables ``FEDXAB_KEY_CLIENT_<id>`` hold the keys when no keys_dir is set."""
@@ -69,6 +78,18 @@ class Signer:
     def open(self, data: bytes) -> Opened:
         """The verified envelope in ``data`` (see :func:`~fedxab.security.signing.open_signed`)."""
         return open_signed(data, self.keys, self.n_clients)
+
+
+def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
+    """The envelope in a record read from a topic: refused by size before any decoding
+    (:class:`~fedxab.broker.base.RecordTooLarge` above ``max_bytes``, the broker's
+    ``max_message_bytes``), then decoded, and verified if this party signs (``signer``).
+    Every defect raises a :class:`~fedxab.errors.ProtocolError` whose ``reason`` the receiver
+    counts."""
+    check_record_size(value, max_bytes)
+    if signer is None:
+        return Opened(Envelope.decode(value), "")
+    return signer.open(value)
 
 
 def _load(security: SecurityConfig, clients: Iterable[int]) -> dict[int, SecretKey]:

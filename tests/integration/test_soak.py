@@ -437,7 +437,7 @@ async def rebuilt_ledger(address: str, config, run_id: str):
             ledger,
             expect=set(range(CLIENTS)),
             timeout_s=60,
-            opener=signer.open,
+            signer=signer,
         )
     return ledger, rebuilt
 

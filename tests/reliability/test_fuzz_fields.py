@@ -34,7 +34,7 @@ from fedxab.agents.distributed import client_agent, run_id_for
 from fedxab.agents.lobby import _differences_in, _refusal_of
 from fedxab.agents.server import ServerAgent
 from fedxab.algorithms.protocol import Finished
-from fedxab.broker.base import Record, lobby_topic
+from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Record, lobby_topic
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpack_frame, unpackb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
@@ -49,6 +49,7 @@ from fedxab.security.signing import SignatureError, SignedEnvelope, seal, seal_f
 EXAMPLES = int(os.environ.get("FEDXAB_FUZZ_EXAMPLES", "1000"))
 CLIENTS = 3
 SEED = 0
+LIMIT = DEFAULT_MAX_MESSAGE_BYTES
 
 
 def _config(keys_dir: str | None) -> object:
@@ -120,7 +121,9 @@ def _record_run(keys_dir: str | None) -> Recorded:
         hello = signer.seal(hello, 0, "")
     topic = lobby_topic("fedxab")
     hello_record = Record(topic, 0, 0, "0", hello)
-    refusal = _refusal_of(hello_record, protocol_of(config, SEED), {run_id}, signer, set())
+    refusal = _refusal_of(
+        hello_record, protocol_of(config, SEED), {run_id}, signer, set(), LIMIT
+    )
     assert refusal is not None
     broker.published["hello"] = [hello_record]
     broker.published["refuse"] = [Record(topic, 0, 1, "0", refusal)]
@@ -335,7 +338,6 @@ def test_a_live_client_agent_turns_every_confused_broadcast_into_a_broadcast_or_
 def test_the_ledger_reader_raises_only_its_protocol_errors(recorded):
     run_id = run_id_for(recorded.config, SEED)
     signer = Signer(recorded.keys, CLIENTS) if recorded.keys else None
-    opener = None if signer is None else signer.open
 
     @FUZZ
     @given(confused_record(recorded, "ledger"))
@@ -343,7 +345,7 @@ def test_the_ledger_reader_raises_only_its_protocol_errors(recorded):
         record, _ = sample
         with PrivacyLedger(":memory:") as book:
             try:
-                apply_record(book, run_id, record, opener)
+                apply_record(book, run_id, record, signer)
             except (ProtocolError, ConfigError):  # rebuild_ledger counts and skips these
                 assert book.runs() == []  # a rejected record recorded nothing
 
@@ -358,10 +360,10 @@ def test_the_lobby_refuses_or_ignores_every_confused_hello_and_refusal(recorded)
     @FUZZ
     @given(confused_record(recorded, "hello"), confused_record(recorded, "refuse"))
     def check(hello, refusal):
-        answer = _refusal_of(hello[0], protocol, known, signer, set())  # must not raise
+        answer = _refusal_of(hello[0], protocol, known, signer, set(), LIMIT)  # must not raise
         if answer is not None:
             assert Envelope.decode(_inner(answer)).kind == "refuse"
-        differences = _differences_in(refusal[0], "0123abcd", signer)  # must not raise
+        differences = _differences_in(refusal[0], "0123abcd", signer, LIMIT)  # must not raise
         assert differences is None or all(isinstance(d, str) for d in differences)
 
     check()

@@ -6,9 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.privacy.accountants import make_accountant, noise_multiplier_for
 from fedxab.privacy.mechanisms import (
+    MAX_EVENT_COUNT,
     GaussianMechanism,
     PrivacyEvent,
     _analytic_delta,
@@ -114,3 +115,13 @@ def test_noise_multiplier_for_a_target_epsilon_is_the_smallest_that_fits(account
     assert spent(z) <= 2.0 < spent(z * (1 - 2e-4))
     with pytest.raises(ConfigError, match="privacy.rounds"):
         noise_multiplier_for(2.0, 1e-5, 0, 0.05)
+
+
+@pytest.mark.parametrize("count", [0, MAX_EVENT_COUNT + 1, 2**63, True, 1.0])
+def test_an_event_count_outside_what_the_ledger_holds_is_refused(count):
+    wire = {**PrivacyEvent("gaussian", 1.0).to_wire(), "count": count}
+    with pytest.raises(ProtocolError, match="'count'"):
+        PrivacyEvent.from_wire(wire)
+    with pytest.raises(ConfigError, match="event.count"):
+        make_accountant("rdp").epsilon([PrivacyEvent("gaussian", 1.0, count=count)], 1e-5)
+    assert PrivacyEvent.from_wire({**wire, "count": MAX_EVENT_COUNT}).count == MAX_EVENT_COUNT
