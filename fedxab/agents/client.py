@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.lobby import announce_and_watch
+from fedxab.agents.supervise import supervised
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
@@ -352,28 +353,23 @@ class ClientAgent:
             if budget is not None:
                 record = budget_record(self.run_id, m, budget)
                 await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
-        heartbeats = asyncio.create_task(self._heartbeats())
-        watch = asyncio.create_task(
-            announce_and_watch(
-                self.broker,
-                lobby,
-                self.run_id,
-                protocol_of(self.config, self.seed),
-                list(self.clients),
-                self.signer,
-                self._matched,
-            )
+        lobby_watch = announce_and_watch(
+            self.broker,
+            lobby,
+            self.run_id,
+            protocol_of(self.config, self.seed),
+            list(self.clients),
+            self.signer,
+            self._matched,
         )
-        answer = asyncio.create_task(self._answer_broadcasts())
         try:
-            done, _ = await asyncio.wait({watch, answer}, return_when=asyncio.FIRST_COMPLETED)
-            if watch in done and watch.exception() is not None:
-                raise watch.exception()  # type: ignore[misc]
-            await answer
+            await supervised(
+                self.run_id,
+                self._answer_broadcasts(),
+                {"heartbeat sender": self._heartbeats(), "lobby": lobby_watch},
+                may_finish={"lobby"},  # done once the server's first broadcast came
+            )
         finally:
-            for task in (heartbeats, watch, answer):
-                task.cancel()
-            await asyncio.gather(heartbeats, watch, answer, return_exceptions=True)
             if self.run_ledger is not None:
                 self.run_ledger.close()
         if self.finished is None:

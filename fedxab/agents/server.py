@@ -49,6 +49,7 @@ import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.lobby import refuse_strangers
+from fedxab.agents.supervise import supervised
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.broker.codec import SERVER, Envelope, packb
@@ -534,24 +535,23 @@ class ServerAgent:
             async for record in sub:
                 handle(record)
 
+        async def drive() -> dict[str, Any] | None:
+            await self._drive(reports)
+            await self._wait_for_telemetry()
+            return await self._privacy_block()
+
         try:
-            consumers = [
-                asyncio.create_task(consume(reports, self.on_report)),
-                asyncio.create_task(consume(control, self.on_control)),
-                asyncio.create_task(
-                    refuse_strangers(
+            privacy = await supervised(
+                self.run_id,
+                drive(),
+                {
+                    "report consumer": consume(reports, self.on_report),
+                    "control consumer": consume(control, self.on_control),
+                    "lobby": refuse_strangers(
                         self.broker, self.lobby, self.protocol, self.known_runs, self.signer
-                    )
-                ),
-            ]
-            try:
-                await self._drive(reports)
-                await self._wait_for_telemetry()
-                privacy = await self._privacy_block()
-            finally:
-                for task in consumers:
-                    task.cancel()
-                await asyncio.gather(*consumers, return_exceptions=True)
+                    ),
+                },
+            )
         finally:
             await reports.close()
             await control.close()
