@@ -318,7 +318,13 @@ def _coverage_note(run) -> str:
     shown = ", ".join(map(str, clients[:5])) + (", …" if len(clients) > 5 else "")
     return (
         f"seed {run.seed} counts {cov['pulls_received']:,} of {cov['pulls_expected']:,} pulls "
-        f"(telemetry missing from client(s) {shown})"
+        f"(telemetry missing from client(s) {shown}); its regret means are over the clients "
+        "that reported each round"
+        + (
+            f", at least {cov['fewest_clients_per_round']:,}"
+            if "fewest_clients_per_round" in cov
+            else ""
+        )
     )
 
 
@@ -523,17 +529,32 @@ def _serve(coro_factory):
     import asyncio
     import signal
 
+    signalled = []
+
     async def main():
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
+
+        def stop(sig: int) -> None:
+            signalled.append(sig)
+            task.cancel()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop, sig)
         return await coro_factory()
 
     try:
         return asyncio.run(main())
-    except asyncio.CancelledError:
-        raise KeyboardInterrupt from None
+    except asyncio.CancelledError as exc:
+        if signalled:
+            raise KeyboardInterrupt from None
+        # not a signal: a library cancelled a task it did not own (e.g. the Kafka client when
+        # its broker went away); an error, not an interruption
+        logging.getLogger(__name__).error("the service was cancelled from inside", exc_info=exc)
+        raise FedxabError(
+            "the service stopped: a task was cancelled from inside (see the traceback above); "
+            "if the broker went away, restart it and the agents (a server with its checkpoint)"
+        ) from None
 
 
 def _run_ids(cfg) -> str:

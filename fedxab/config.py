@@ -565,6 +565,8 @@ class AgentsConfig(Section):
     """Seconds between a client's regret telemetry messages (all phases since the last one)."""
     telemetry_timeout_s: float = 60.0
     """Seconds the server waits, after the last phase, for the clients' regret telemetry."""
+    status_interval_s: float = 30.0
+    """Seconds between the server's warnings naming the clients an open phase still waits for."""
 
     def _check(self) -> None:
         for name in (
@@ -573,6 +575,7 @@ class AgentsConfig(Section):
             "rebroadcast_s",
             "telemetry_interval_s",
             "telemetry_timeout_s",
+            "status_interval_s",
         ):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -609,9 +612,17 @@ class BrokerConfig(Section):
     """The largest record a party publishes or reads (a larger one read from a topic is refused
     before decoding); on Kafka also the ``max.message.bytes`` of the topics fedxab creates.
     Kafka's default, 1 MiB, fits signed broadcasts up to about 32,000 clients."""
+    unreachable_s: float = 60.0
+    """Kafka only: seconds a broker may fail to answer before the agents stop with an error
+    (requests are retried meanwhile); a reader also stops once the broker's log is shorter
+    than what it read (a broker restarted without its storage)."""
 
     def _check(self) -> None:
         check_max_message_bytes(self.max_message_bytes)
+        if not (math.isfinite(self.unreachable_s) and self.unreachable_s > 0):
+            raise ConfigError(
+                "broker.unreachable_s", f"must be a number of seconds > 0, got {self.unreachable_s}"
+            )
         if not self.url.startswith(("memory://", "inprocess://", "kafka://")):
             raise ConfigError(
                 "broker.url",

@@ -170,6 +170,7 @@ def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
             servers,
             security=kafka_security(settings),
             max_message_bytes=settings.max_message_bytes,
+            unreachable_s=settings.unreachable_s,
         )
     raise ConfigError(
         "broker.url", f"must be memory://, inprocess:// or kafka://HOST:PORT, got {url!r}"

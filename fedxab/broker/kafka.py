@@ -11,9 +11,16 @@
   group's committed offset or at the beginning (``auto_offset_reset="earliest"``); a subscription
   without a group is assigned every partition of the topic and seeks to the beginning.
 
-Connecting is retried ``reconnect_attempts`` times, waiting ``reconnect_backoff`` seconds and
-doubling the wait up to ``reconnect_backoff_max``; then :class:`BrokerError` is raised. Once
-connected, aiokafka reconnects by itself.
+Liveness. A request that fails (connect, publish, create topics) is retried, waiting
+``reconnect_backoff`` seconds and doubling the wait up to ``reconnect_backoff_max``, until the
+broker has failed to answer for ``unreachable_s`` seconds (``[broker] unreachable_s``); then
+:class:`BrokerError` is raised. A reader asks the broker for its
+partitions' end offsets every :func:`check_interval` seconds: a broker that has not answered for
+``unreachable_s`` seconds, or that answers with a log shorter than what the reader has already
+read (a broker restarted without its storage: the run's records are gone, and a reader that
+waited for offsets the new log will reach only much later would hang), raises
+:class:`BrokerError`. The agents stop with it; a server restarted with its checkpoint resumes the
+run (its broadcasts are published again on the new log).
 
 Group timing: consumers use ``session_timeout_ms`` (default 6000, the smallest session timeout
 Apache Kafka accepts by default) with a heartbeat every third of it. A consumer whose event loop
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -45,6 +53,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     CommitFailedError,
+    ConsumerStoppedError,
     IllegalStateError,
     KafkaError,
     MessageSizeTooLargeError,
@@ -77,6 +86,42 @@ _SSL_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, *_SSL_KEYS)
 """The settings ``security`` accepts."""
 
+
+def _being_cancelled() -> bool:
+    """Whether the current task is being cancelled (a CancelledError not meant for it comes
+    from inside a library)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+async def _stop_quietly(
+    client: AIOKafkaConsumer | AIOKafkaProducer, what: str, timeout: float
+) -> None:
+    """Stop an aiokafka client, waiting at most ``timeout`` seconds. With its broker gone,
+    stopping can fail, hang (a producer flushing records no broker takes), or raise the
+    CancelledError of one of the client's own tasks; none of that may replace the error that
+    made the agent stop (it is logged), nor hide a real cancellation (re-raised)."""
+    try:
+        await asyncio.wait_for(client.stop(), timeout)
+    except TimeoutError:
+        log.warning("stopping %s took over %g s: given up (the broker is gone?)", what, timeout)
+    except asyncio.CancelledError:
+        if _being_cancelled():
+            raise
+        log.warning("stopping %s was cut off inside the Kafka client", what)
+    except KafkaError as exc:
+        log.warning("stopping %s failed: %s", what, exc)
+
+
+def check_interval(unreachable_s: float) -> float:
+    """Seconds between a waiting reader's questions to the broker: a fifth of
+    ``unreachable_s``, at most 5 s."""
+    return min(5.0, unreachable_s / 5)
+
+
+_STOP_S = 5.0
+"""Seconds a Kafka client may take to stop (a healthy broker takes milliseconds; a gone one
+would keep a producer flushing forever)."""
 
 _MAX_REREADS = 3
 """Times a reader goes back for a skipped offset before it accepts the gap."""
@@ -176,7 +221,7 @@ class KafkaBroker(Broker):
         client_id: str = "fedxab",
         security: Mapping[str, Any] | None = None,
         partitions: int = 1,
-        reconnect_attempts: int = 5,
+        unreachable_s: float = 60.0,
         reconnect_backoff: float = 0.5,
         reconnect_backoff_max: float = 8.0,
         session_timeout_ms: int = 6000,
@@ -188,7 +233,7 @@ class KafkaBroker(Broker):
                 f"must be 'host:port' (comma-separated for several), got {bootstrap_servers!r}",
             )
         _positive("broker.partitions", partitions, integer=True)
-        _positive("broker.reconnect_attempts", reconnect_attempts, integer=True)
+        _positive("broker.unreachable_s", unreachable_s)
         _positive("broker.reconnect_backoff", reconnect_backoff)
         _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
         _positive("broker.session_timeout_ms", session_timeout_ms, integer=True)
@@ -201,7 +246,7 @@ class KafkaBroker(Broker):
             "client_id": client_id,
             **security_options(security),
         }
-        self._attempts = reconnect_attempts
+        self.unreachable_s = unreachable_s
         self._backoff = reconnect_backoff
         self._backoff_max = reconnect_backoff_max
         self._producer: AIOKafkaProducer | None = None
@@ -210,23 +255,27 @@ class KafkaBroker(Broker):
         self._subscriptions: set[_KafkaSubscription] = set()
 
     async def _retry(self, action: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run ``attempt`` until it succeeds, backing off between failures (module docstring)."""
-        delay = self._backoff
-        for number in range(1, self._attempts + 1):
+        """Run ``attempt`` until it succeeds, backing off between failures, for at most
+        ``unreachable_s`` seconds (module docstring)."""
+        delay, started, number = self._backoff, time.monotonic(), 0
+        while True:
+            number += 1
             try:
                 return await attempt()
             except MessageSizeTooLargeError:
                 raise  # the same record will not fit the next time either
             except KafkaError as exc:
                 error = exc
-                log.warning("%s failed (attempt %d of %d): %s", action, number, self._attempts, exc)
-            if number < self._attempts:
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, self._backoff_max)
-        raise BrokerError(
-            f"could not {action} on Kafka at {self.bootstrap_servers} after {self._attempts} "
-            f"attempts: {error}"
-        ) from error
+                log.warning("%s failed (attempt %d): %s", action, number, exc)
+            waited = time.monotonic() - started
+            if waited + delay > self.unreachable_s:
+                raise BrokerError(
+                    f"could not {action} on Kafka at {self.bootstrap_servers}: no answer for "
+                    f"{waited:.1f} s after {number} attempts ([broker] unreachable_s = "
+                    f"{self.unreachable_s:g}): {error}"
+                ) from error
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, self._backoff_max)
 
     async def _start_producer(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
@@ -259,7 +308,7 @@ class KafkaBroker(Broker):
             await subscription.close()
         producer, self._producer = self._producer, None
         if producer is not None:
-            await producer.stop()
+            await _stop_quietly(producer, "the producer", _STOP_S)
 
     async def _create_topics(self, names: list[str]) -> None:
         admin = AIOKafkaAdminClient(**self._client_options)
@@ -389,6 +438,7 @@ class _KafkaSubscription(Subscription):
         self._lock = asyncio.Lock()
         self._closed = False
         self._committed: dict[TopicPartition, int] = {}
+        self._short: dict[int, int] = {}  # partition -> checks in a row its log ended short
 
     async def _ready(self) -> AIOKafkaConsumer | None:
         """The started consumer, or ``None`` once the subscription is closed."""
@@ -411,8 +461,28 @@ class _KafkaSubscription(Subscription):
             return
         following: dict[int, int] = {}  # partition -> the offset the next record must have
         rereads: Counter[tuple[int, int]] = Counter()
+        interval = check_interval(self._broker.unreachable_s)
+        answered = checked = time.monotonic()
         try:
-            async for message in consumer:
+            while True:
+                if time.monotonic() - checked >= interval:
+                    answered = await self._check_log(consumer, following, answered)
+                    checked = time.monotonic()
+                try:
+                    message = await asyncio.wait_for(consumer.getone(), interval)
+                except TimeoutError:
+                    continue
+                except ConsumerStoppedError:
+                    return  # closed (also from another task)
+                except asyncio.CancelledError:
+                    if _being_cancelled():
+                        raise
+                    raise BrokerError(  # from inside the Kafka client, not a cancellation
+                        f"reading topic {self._topic!r} from the Kafka broker at "
+                        f"{self._broker.bootstrap_servers} was cut off inside the Kafka client "
+                        "(the broker went away?)"
+                    ) from None
+                answered = time.monotonic()
                 want = following.get(message.partition)
                 if want is not None and message.offset < want:
                     continue  # delivered again after a seek or a rebalance: already yielded
@@ -433,6 +503,53 @@ class _KafkaSubscription(Subscription):
                 yield Record(message.topic, message.partition, message.offset, key, message.value)
         except KafkaError as exc:
             raise BrokerError(f"consuming topic {self._topic!r} failed: {exc}") from exc
+
+    async def _check_log(
+        self, consumer: AIOKafkaConsumer, following: dict[int, int], answered: float
+    ) -> float:
+        """While waiting for records: the broker's end offsets against what this reader has
+        read (:meth:`_check_end`); the time of the broker's last answer, or
+        :class:`BrokerError` once it has not answered for ``unreachable_s``."""
+        limit = self._broker.unreachable_s
+        partitions = list(consumer.assignment())
+        if not partitions:  # a group member between assignments: ask about the topic's
+            partitions = [
+                TopicPartition(self._topic, p)
+                for p in range(self._broker._partitions_for(self._topic))
+            ]
+        try:
+            ends = await asyncio.wait_for(consumer.end_offsets(partitions), limit)
+        except (KafkaError, TimeoutError) as exc:
+            silent = time.monotonic() - answered
+            if silent > limit:
+                raise BrokerError(
+                    f"the Kafka broker at {self._broker.bootstrap_servers} has not answered "
+                    f"for {silent:.0f} s ([broker] unreachable_s = {limit:g}) while reading "
+                    f"topic {self._topic!r}: {exc or type(exc).__name__}"
+                ) from exc
+            return answered
+        for tp, end in ends.items():
+            if tp.partition in following:
+                self._check_end(tp.partition, end, following[tp.partition])
+        return time.monotonic()
+
+    def _check_end(self, partition: int, end: int, read_to: int) -> None:
+        """:class:`BrokerError` if the broker's log of ``partition`` ends (``end``) before the
+        offset this reader has read to, twice in a row: the broker lost records it had
+        delivered. (Once is not enough: the dev broker's end offset can lag a record it has
+        just delivered.)"""
+        if end >= read_to:
+            self._short.pop(partition, None)
+            return
+        self._short[partition] = self._short.get(partition, 0) + 1
+        if self._short[partition] >= 2:
+            raise BrokerError(
+                f"the Kafka broker at {self._broker.bootstrap_servers} lost records of topic "
+                f"{self._topic!r}: partition {partition} now ends at offset {end}, but this "
+                f"reader had read up to offset {read_to - 1} (was the broker restarted without "
+                "its storage?). Stop every party; restart the server with its checkpoint "
+                "directory to resume the run, then the clients"
+            )
 
     def _resume_at(self, partition: int, got: int, want: int) -> None:
         """Read ``partition`` again from offset ``want``: record ``got`` came first. Offsets of
@@ -501,4 +618,6 @@ class _KafkaSubscription(Subscription):
             consumer, self._consumer = self._consumer, None
         self._broker._subscriptions.discard(self)
         if consumer is not None:
-            await consumer.stop()
+            await _stop_quietly(
+                consumer, f"the consumer of topic {self._topic!r}", _STOP_S
+            )

@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import pytest
+from aiokafka.errors import ConsumerStoppedError, KafkaConnectionError
+
+from fedxab.broker.base import BrokerError
 from fedxab.broker.kafka import KafkaBroker, _KafkaSubscription
 
 
@@ -36,10 +40,10 @@ class SkippingConsumer:
         self.seeks.append(offset)
         self.position = offset
 
-    def __aiter__(self):
-        return self
+    def highwater(self, tp) -> int:
+        return self.n
 
-    async def __anext__(self) -> Message:
+    async def getone(self) -> Message:
         while self.position < self.n:
             offset = self.position
             self.position += 1
@@ -49,11 +53,11 @@ class SkippingConsumer:
                 self.skip[offset] -= 1
                 continue
             return Message("t", 0, offset, b"k", b"%d" % offset)
-        raise StopAsyncIteration
+        raise ConsumerStoppedError  # what a closed consumer raises: the iteration ends
 
 
-def _read(consumer: SkippingConsumer) -> list[int]:
-    sub = _KafkaSubscription(KafkaBroker("127.0.0.1:1"), "t", None)
+def _read(consumer, unreachable_s: float = 60.0) -> list[int]:
+    sub = _KafkaSubscription(KafkaBroker("127.0.0.1:1", unreachable_s=unreachable_s), "t", None)
     sub._consumer = consumer  # type: ignore[assignment]
 
     async def main() -> list[int]:
@@ -72,3 +76,67 @@ def test_an_offset_still_missing_after_three_rereads_is_passed_over():
     consumer = SkippingConsumer(6, skip=set(), missing={3})
     assert _read(consumer) == [0, 1, 2, 4, 5]
     assert consumer.seeks == [3, 3, 3]
+
+
+class IdleConsumer:
+    """No records after offsets 0..n-1; the broker's end offsets come from ``ends``."""
+
+    def __init__(self, n: int, ends) -> None:
+        self.n, self.position, self.ends = n, 0, ends
+
+    def assignment(self):
+        from aiokafka import TopicPartition
+
+        return {TopicPartition("t", 0)}
+
+    def highwater(self, tp) -> int:
+        return self.n
+
+    async def getone(self) -> Message:
+        if self.position < self.n:
+            self.position += 1
+            return Message("t", 0, self.position - 1, b"k", b"x")
+        await asyncio.Event().wait()  # nothing more: wait until cancelled
+        raise AssertionError
+
+    async def end_offsets(self, partitions):
+        return {tp: self.ends(tp) for tp in partitions}
+
+
+def test_a_waiting_reader_notices_a_broker_that_lost_its_log():
+    with pytest.raises(BrokerError, match=r"lost records of topic 't': partition 0 now ends at"):
+        _read(IdleConsumer(3, ends=lambda tp: 0), unreachable_s=0.5)
+
+
+def test_an_end_offset_that_lags_once_is_not_a_lost_log():
+    lags = iter([2, 3, 2, 3, 2])  # 3 records read; the end lags one of them every other time
+
+    class Done(Exception):
+        """Every answer was used."""
+
+    def ends(tp):
+        try:
+            return next(lags)
+        except StopIteration:
+            raise Done from None
+
+    consumer = IdleConsumer(3, ends=ends)
+
+    async def main() -> None:
+        sub = _KafkaSubscription(KafkaBroker("127.0.0.1:1", unreachable_s=0.5), "t", None)
+        sub._consumer = consumer  # type: ignore[assignment]
+        async for _ in sub:
+            pass
+
+    with pytest.raises(Done):  # all five answers used up, none stopped the reader
+        asyncio.run(asyncio.wait_for(main(), 5))
+
+
+def test_a_waiting_reader_stops_once_the_broker_has_not_answered_for_unreachable_s():
+    def down(tp):
+        raise KafkaConnectionError("connection refused")
+
+    with pytest.raises(
+        BrokerError, match=r"has not answered for \d+ s \(\[broker\] unreachable_s = 0.5"
+    ):
+        _read(IdleConsumer(3, ends=down), unreachable_s=0.5)
