@@ -57,7 +57,8 @@ from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best
-from fedxab.security.agents import open_record, signer_for
+from fedxab.security.agents import BAD_SIGNATURES_NAMED, open_record, signer_for
+from fedxab.security.signing import SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -121,6 +122,9 @@ class ClientAgent:
         self._unsent: dict[int, list[Telemetry]] = {}
         self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
+        self.bad_signatures: Counter[int] = Counter()
+        """Live broadcasts that failed a hosted client's key, by client."""
+        self._failed_key: int | None = None  # the client whose key the last record failed
         self.finished: Finished | None = None
         # the metrics' view of the hosted clients (kept only with metrics)
         self._broadcast_bytes = 0
@@ -154,9 +158,12 @@ class ClientAgent:
         """The broadcast (or Finished) in ``record``, or None if it is not a valid one (in a
         signing run: also one without a right tag for each hosted client). A valid broadcast's
         session becomes :attr:`session`."""
+        self._failed_key = None
         try:
             opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
+            if isinstance(exc, SignatureError) and exc.reason == "bad_signature":
+                self._failed_key = exc.client
             return self._invalid(exc.reason, str(exc))
         env = opened.envelope
         if env.run_id != self.run_id:
@@ -175,6 +182,26 @@ class ClientAgent:
         self.session = opened.session
         self._matched.set()  # the server runs this protocol: the lobby has nothing to say
         return msg
+
+    def _check_keys(self) -> None:
+        """After a live broadcast was refused: stop with an error naming the client and its
+        key's fingerprint once :data:`~fedxab.security.agents.BAD_SIGNATURES_NAMED` live
+        broadcasts failed one hosted client's key before any broadcast verified (that key is
+        not the server's). Old records of the topic do not count: a run id used before with
+        other keys leaves broadcasts this agent cannot verify, and need not."""
+        m = self._failed_key
+        if m is None or self.signer is None or self._matched.is_set():
+            return  # a broadcast verified: the keys are right (later failures are forgeries)
+        self.bad_signatures[m] += 1
+        failed = self.bad_signatures[m]
+        if failed >= BAD_SIGNATURES_NAMED:
+            raise FedxabError(
+                f"run {self.run_id}: {failed} broadcasts of the server failed verification "
+                f"with client {m}'s key (fingerprint {self.signer.keys[m].fingerprint}): "
+                f"this agent's key for client {m} is not the server's. Give it the key "
+                f"file of client {m} that the server uses (`fedxab keys generate` writes "
+                "one per client)"
+            )
 
     def _invalid(self, why: str, text: str) -> None:
         self.counts["broadcast_invalid"] += 1
@@ -388,6 +415,8 @@ class ClientAgent:
             async for record in sub:
                 msg = self.decode(record)
                 if msg is None:
+                    if record.offset >= replay_until:  # not an old record of the topic
+                        self._check_keys()
                     continue
                 if isinstance(msg, Finished):
                     self.finished = msg

@@ -71,6 +71,7 @@ from fedxab.run.observe import (
 )
 from fedxab.run.outcome import ClientOutcome
 from fedxab.security.agents import open_record, signer_for
+from fedxab.security.signing import SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -78,6 +79,12 @@ if TYPE_CHECKING:
 __all__ = ["RunConflictError", "ServerAgent"]
 
 log = logging.getLogger(__name__)
+
+
+def _some(ids: list[int], shown: int = 20) -> str:
+    """``ids`` for a log line: the first ``shown``, then how many more."""
+    text = ", ".join(str(m) for m in ids[:shown])
+    return text if len(ids) <= shown else f"{text} and {len(ids) - shown} more"
 
 
 class RunConflictError(FedxabError, RuntimeError):
@@ -143,8 +150,11 @@ class ServerAgent:
         self.last_seen: dict[int, float] = {}
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.live_local_regret = 0.0  # the same of the local terms (metrics only)
+        self.bad_signatures: Counter[int] = Counter()
+        """Messages that claimed to come from a client but failed its key, by client."""
         self._last_report: Record | None = None
         self._wakeup = asyncio.Event()
+        self._history: list[Any] = []
 
     @property
     def phases(self) -> list[PhaseCommunication]:
@@ -197,6 +207,8 @@ class ServerAgent:
             opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
             self._reject("invalid", exc.reason, str(exc), where)
+            if isinstance(exc, SignatureError) and exc.client is not None:
+                self._bad_signature(exc.client)
             return None
         env = opened.envelope
         if env.run_id != self.run_id:
@@ -217,6 +229,28 @@ class ServerAgent:
             return env
         self._reject("invalid", why, text, where)
         return None
+
+    def _bad_signature(self, m: int) -> None:
+        """Count a message that claimed client ``m`` but failed its key; at the first, one
+        error naming the client and the fingerprint of the key this server holds for it (the
+        status lines repeat it while the client is missing)."""
+        self.bad_signatures[m] += 1
+        if self.bad_signatures[m] == 1 and self.signer is not None:
+            log.error(
+                "run %s: %s; give the client agent the key file of client %d that the server "
+                "uses (or find who else publishes as it)",
+                self.run_id,
+                self._wrong_key_text(m),
+                m,
+            )
+
+    def _wrong_key_text(self, m: int) -> str:
+        assert self.signer is not None
+        return (
+            f"{self.bad_signatures[m]} message(s) from client {m} failed verification: it signs "
+            f"with another key than the server's for it (fingerprint "
+            f"{self.signer.keys[m].fingerprint})"
+        )
 
     def on_report(self, record: Record) -> None:
         """Classify one record of the report topic and feed it to the state machine if valid."""
@@ -341,21 +375,63 @@ class ServerAgent:
 
     def _replay(self) -> Any:
         """Start the state machine and replay the checkpointed phases; the open phase's msg.
-        A signing run takes its session from the checkpoint, or draws a new one."""
-        self.run_session.start()
+        A signing run takes its session from the checkpoint, or draws a new one. The closed
+        phases' broadcasts are kept in :attr:`_history` (:meth:`_republish_history`)."""
+        self._history = [self.run_session.start()]
         closed_phases = self.checkpoint.load()
         if self.signer is not None:
             self.session = self.checkpoint.session or secrets.token_hex(16)
             self.checkpoint.session = self.session
         for closed in closed_phases:
             self.run_session.restore(closed)
+            self._history.append(self.run_session.msg)
             self.observer.on_phase(self.phases[-1])  # a new process counts these phases too
         msg = self.run_session.msg
         if self.checkpoint.phases:
             log.info(
                 "run %s: resumed from checkpoint after %d phases", self.run_id, len(self.phases)
             )
+        self._history.pop()  # the open phase's: published by _drive
         return msg
+
+    async def _republish_history(self) -> None:
+        """A resumed run whose broadcast topic does not begin with its first phase's broadcast
+        (the broker lost the topic: restarted without its storage) gets its closed phases'
+        broadcasts again, in order, so that client agents started afresh rebuild their state
+        from them as from the original log (a client refuses a broadcast that skips a phase)."""
+        if not self._history or await self._log_begins_with_phase_one():
+            return
+        log.warning(
+            "run %s: the broadcast topic lost its first phases; publishing the %d closed "
+            "phases' broadcasts again from the checkpoint",
+            self.run_id,
+            len(self._history),
+        )
+        for msg in self._history:
+            await self._publish(msg)
+
+    async def _log_begins_with_phase_one(self) -> bool:
+        """Whether the broadcast topic's first record is this run's broadcast of phase 1 (a
+        first record that cannot be read within ``rebroadcast_s`` counts as not)."""
+        sub = self.broker.subscribe(self.topics["broadcast"], None)
+        try:
+            if not sum((await sub.end_offsets()).values()):
+                return False
+            async with asyncio.timeout(self.settings.rebroadcast_s):
+                async for record in sub:
+                    try:
+                        opened = open_record(
+                            record.value, self.signer, self.broker.max_message_bytes
+                        )
+                    except ProtocolError:
+                        return False
+                    return opened.envelope.run_id == self.run_id and opened.envelope.phase == 1
+            return False
+        except TimeoutError:
+            log.warning("run %s: the broadcast topic's first record is unreadable", self.run_id)
+            return False
+        finally:
+            await sub.close()
 
     async def _wait_for_barrier(self, msg: Any) -> None:
         """Until the phase barrier is met. A phase that makes no progress (no new report) for
@@ -364,15 +440,19 @@ class ServerAgent:
         opened = last_progress = time.monotonic()
         reported = len(self.run_session.accepted)
         deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
+        next_status = opened + self.settings.status_interval_s
         while not self._barrier_met(opened):
             self._wakeup.clear()
             now = time.monotonic()
-            timeout = repeat - (now - last_progress)
+            timeout = min(repeat - (now - last_progress), next_status - now)
             if deadline is not None:
                 timeout = min(timeout, deadline - (now - opened))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), max(0.001, timeout))
             now = time.monotonic()
+            if now >= next_status:
+                log.warning(self._waiting_text(int(msg.phase), now - opened))
+                next_status = now + self.settings.status_interval_s
             accepted = len(self.run_session.accepted)
             if accepted > reported:
                 reported, last_progress = accepted, now
@@ -381,6 +461,27 @@ class ServerAgent:
                 self._count("broadcast_repeated")
                 await self._publish(msg)
                 last_progress = now
+
+    def _waiting_text(self, phase: int, waited: float) -> str:
+        """Who an open phase still waits for, and why as far as the server can tell."""
+        session = self.run_session
+        active = session.active
+        missing = [m for m in active if m not in session.accepted]
+        parts = [
+            f"run {self.run_id}: phase {phase} has waited {waited:.0f} s for {len(missing)} of "
+            f"{len(active)} clients"
+        ]
+        never = [m for m in missing if m not in self.joined]
+        if never:
+            parts.append(f"never joined: {_some(never)}")
+        silent = [m for m in missing if m in self.joined]
+        if silent:
+            parts.append(f"joined, no report yet: {_some(silent)}")
+        for m in [m for m in missing if self.bad_signatures[m]][:3]:
+            parts.append(self._wrong_key_text(m))
+        if self.settings.phase_deadline_s is None:
+            parts.append("without [agents] phase_deadline_s a phase waits for every client")
+        return "; ".join(parts)
 
     async def _close_phase(
         self, msg: Any, broadcast_bytes: int, active: int, commit: Any, opened: float
@@ -433,6 +534,7 @@ class ServerAgent:
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
+        await self._republish_history()
         if self.run_ledger is not None:
             budget = self.run_ledger.budget
             for m in range(self.n_clients):

@@ -377,11 +377,20 @@ class ReplyCache(Generic[R]):
     def get(self, phase: int) -> R | None:
         """The report already sent for ``phase``, or ``None`` for a new phase.
 
-        A broadcast older than the last one answered is stale and raises ProtocolError.
+        Phases are numbered 1, 2, 3, ... and every client answers each of them in turn. A
+        broadcast older than the last one answered is stale, and one that skips a phase comes
+        before a broadcast the client never got (a broker that lost records): both raise
+        ProtocolError, and the client's state is unchanged.
         """
         if self.phase is not None and phase < self.phase:
             raise ProtocolError(
                 f"stale broadcast for phase {phase}; phase {self.phase} was already answered"
+            )
+        following = 1 if self.phase is None else self.phase + 1
+        if phase > following:
+            raise ProtocolError(
+                f"broadcast for phase {phase} before the broadcast of phase {following}: a "
+                "broadcast is missing"
             )
         return self.report if phase == self.phase else None
 

@@ -26,6 +26,7 @@ from fedxab.security.keys import SecretKey, key_file_name, load_key, load_key_fr
 from fedxab.security.signing import Opened, open_signed, seal, seal_for_every_client
 
 __all__ = [
+    "BAD_SIGNATURES_NAMED",
     "KEY_ENV_PREFIX",
     "Signer",
     "key_env_var",
@@ -34,6 +35,10 @@ __all__ = [
     "signer_for",
     "signing_on",
 ]
+
+BAD_SIGNATURES_NAMED = 3
+"""Broadcasts failing one hosted client's key, before any broadcast verified, after which a
+client agent stops with an error naming the client and its key's fingerprint."""
 
 KEY_ENV_PREFIX = "FEDXAB_KEY_CLIENT_"
 """Environment variables ``FEDXAB_KEY_CLIENT_<id>`` hold the keys when no keys_dir is set."""

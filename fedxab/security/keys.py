@@ -22,6 +22,7 @@ message of this module quotes a key file's content.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import re
@@ -81,6 +82,12 @@ class SecretKey:
     def reveal(self) -> bytes:
         """The key bytes (for HMAC only: never print, log or store them elsewhere)."""
         return self._secret
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits that name this key without revealing it (a hash of the key, not the
+        key): two parties holding the same key show the same fingerprint."""
+        return hashlib.sha256(b"fedxab key fingerprint\x00" + self._secret).hexdigest()[:16]
 
     def __repr__(self) -> str:
         return f"SecretKey(party={self.party!r}, <{KEY_BYTES} bytes hidden>)"

@@ -69,8 +69,10 @@ _MAX_SIGNED_BYTES = MAX_MESSAGE_BYTES + 1024  # the envelope plus the map; tags 
 class SignatureError(ProtocolError):
     """A signed envelope is refused; ``reason`` is one of :data:`SIGNATURE_REASONS`."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, client: int | None = None) -> None:
         self.reason = reason
+        self.client = client
+        """The client whose key failed to verify the message (``bad_signature``), if known."""
         super().__init__(message)
 
 
@@ -198,7 +200,9 @@ def open_signed(
             raise SignatureError("unknown_sender", f"server's {what}: no client key to check")
         for m, key in keyring.items():
             if not _check_tag(key, signed, signed.sig[m * SIG_BYTES : (m + 1) * SIG_BYTES]):
-                raise SignatureError("bad_signature", f"bad server signature for client {m}")
+                raise SignatureError(
+                    "bad_signature", f"bad server signature for client {m}", client=m
+                )
         return Opened(envelope, signed.session)
     signer_id = signed.for_client if envelope.sender == SERVER else envelope.client_id
     if envelope.sender != SERVER and signed.for_client is not None:
@@ -212,6 +216,8 @@ def open_signed(
         )
     if not _check_tag(key, signed, signed.sig):
         raise SignatureError(
-            "bad_signature", f"envelope refused: bad signature of {envelope.sender!r} ({what})"
+            "bad_signature",
+            f"envelope refused: bad signature of {envelope.sender!r} ({what})",
+            client=signer_id,
         )
     return Opened(envelope, signed.session, signed.for_client)

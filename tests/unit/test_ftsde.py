@@ -202,7 +202,7 @@ def test_the_agent_initialises_in_its_home_region_then_queries_one_point_per_rou
     vectors = np.zeros((4, 20))
     report = agent.answer(FTSBroadcast(2, vectors), _evaluate)
     assert agent.used == 11 and agent.branches == ["federated"]  # p_1 = 0
-    last = agent.answer(FTSBroadcast(5, vectors, last=True), _evaluate)
+    last = agent.answer(FTSBroadcast(3, vectors, last=True), _evaluate)
     assert last.omega.shape == (0,)
 
 

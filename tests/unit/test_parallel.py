@@ -475,7 +475,7 @@ def test_client_rejects_bad_rewards_and_unknown_nodes():
         client.answer(b, lambda X: np.zeros(2))
     assert client.used == 0
     with pytest.raises(ProtocolError, match="node index 5 does not exist at depth 2"):
-        client.answer(ParallelBroadcast(3, 2, np.array([1, 5]), 1), sharp_peak)
+        client.answer(ParallelBroadcast(1, 2, np.array([1, 5]), 1), sharp_peak)
 
 
 def test_finished_is_final():

@@ -534,7 +534,7 @@ def test_client_rejects_inconsistent_broadcasts_without_changing_state():
             PFPNEBroadcast(
                 3, 2, b2.nodes, 1, 1, b2.survivors, b2.survivor_means, b2.survivor_widths
             ),
-            "expects phase 2",
+            "phase 2",
         ),
         (
             PFPNEBroadcast(

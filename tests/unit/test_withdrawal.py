@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,9 +21,14 @@ def _server(n_clients: int = 3) -> FedPNEServer:
 
 
 def _report(server, client, broadcast):
-    return FedPNEClient(client, DOMAIN, budget=500, seed=0).answer(
-        broadcast, lambda X: np.full(len(X), 0.5)
+    """Client ``client``'s report for ``broadcast``: a fresh client's answer to its nodes,
+    numbered with its phase (a client answers phases in order from 1; the server checks what
+    a report says, not how it was made)."""
+    first = dataclasses.replace(broadcast, phase=1)
+    report = FedPNEClient(client, DOMAIN, budget=500, seed=0).answer(
+        first, lambda X: np.full(len(X), 0.5)
     )
+    return dataclasses.replace(report, phase=broadcast.phase)
 
 
 def test_a_withdrawal_round_trips_and_bad_fields_are_named():
