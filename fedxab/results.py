@@ -146,9 +146,11 @@ class RunRecord:
     regret_coverage: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     """Set only when the curves are incomplete: a run over a broker whose server did not get
     every client's regret telemetry within ``telemetry_timeout_s`` (a client gone for good, or
-    lost messages). ``{"pulls_expected", "pulls_received", "clients"}``: the pulls the curves
-    should count, those they do count, and the clients short of theirs. None: the curves count
-    every pull (always so in process)."""
+    lost messages). ``{"pulls_expected", "pulls_received", "clients",
+    "fewest_clients_per_round"}``: the pulls the curves should count, those they do count, the
+    clients short of theirs, and the fewest clients whose telemetry a round's mean holds (the
+    cumulative curves average each round over the clients that reported it). None: the curves
+    count every pull (always so in process)."""
     clients: tuple[ClientOutcome, ...] | None = dataclasses.field(default=None, repr=False)
     """Federated runs: what each client observed of its own objective, in the user's direction
     (:class:`~fedxab.run.outcome.ClientOutcome`: best observed value and point, best-so-far
@@ -292,9 +294,12 @@ def _check_coverage(value: Any, where: str) -> dict[str, Any] | None:
     if value is None:
         return None
     keys = {"pulls_expected", "pulls_received", "clients"}
-    if not isinstance(value, Mapping) or set(value) != keys:
-        raise ResultsError(f"{where}: 'regret_coverage' must have the fields {sorted(keys)}")
-    counts = (value["pulls_expected"], value["pulls_received"])
+    fewest = "fewest_clients_per_round"  # older results files lack it
+    if not isinstance(value, Mapping) or not keys <= set(value) <= keys | {fewest}:
+        raise ResultsError(
+            f"{where}: 'regret_coverage' must have the fields {sorted(keys)} (and {fewest!r})"
+        )
+    counts = (value["pulls_expected"], value["pulls_received"], value.get(fewest, 0))
     clients = value["clients"]
     if not all(isinstance(c, int) and c >= 0 for c in counts) or not (
         isinstance(clients, list) and all(isinstance(m, int) and m >= 0 for m in clients)

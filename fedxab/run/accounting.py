@@ -163,7 +163,7 @@ def federated_record(
     """
     rounds = _regret.round_grid(sums.budget)
     glob = None if family is None else family.global_objective
-    cum, local = sums.curves(rounds)
+    cum, local = sums.curves(rounds, expected)
     global_simple, local_simple = sums.simple_curves(rounds)
     simple = None
     if glob is not None and glob.optimum_value is not None:
@@ -196,7 +196,9 @@ def federated_record(
 
 
 def regret_coverage(sums: RegretSums, expected: np.ndarray) -> dict[str, Any] | None:
-    """The ``regret_coverage`` block of a run whose sums miss pulls of ``expected``, else None."""
+    """The ``regret_coverage`` block of a run whose sums miss pulls of ``expected``, else None:
+    the pulls expected and received, the clients short of theirs, and the fewest clients a
+    round's mean counts (the curves average over the clients that reported each round)."""
     short = np.flatnonzero(sums.received < expected)
     if not short.size:
         return None
@@ -204,4 +206,5 @@ def regret_coverage(sums: RegretSums, expected: np.ndarray) -> dict[str, Any] | 
         "pulls_expected": int(expected.sum()),
         "pulls_received": int(np.minimum(sums.received, expected).sum()),
         "clients": [int(m) for m in short],
+        "fewest_clients_per_round": int(sums.reporting(expected).min()),
     }

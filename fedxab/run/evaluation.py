@@ -271,6 +271,8 @@ class RegretSums:
         self.received = np.zeros(n_clients, dtype=np.int64)
         """Per client: the evaluations its telemetry covers (no gap: equals :attr:`used`)."""
         self.evaluations_by_phase: dict[int, int] = {}
+        self.pulls_at = np.zeros(budget, dtype=np.int64)
+        """Per position (round): the clients whose telemetry covers it, once flushed."""
         self._seen: set[tuple[int, int, int]] = set()
         self._pending: list[Telemetry] = []
         # simple regret: per-client best so far (M) and per-round sums of it over clients (T)
@@ -324,6 +326,7 @@ class RegretSums:
             if self.local_sum is not None:
                 self.local_sum[t.start : stop] += t.local_terms
             self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
+            self.pulls_at[t.start : stop] += 1
             self._add_simple(t)
         self._pending = []
 
@@ -368,13 +371,40 @@ class RegretSums:
         T, or fewer for a client that withdrew), with no piece missing."""
         return bool(np.all(self.received >= expected))
 
-    def curves(self, rounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Global and local cumulative regret averaged over clients, at ``rounds``."""
+    def reporting(self, expected: np.ndarray) -> np.ndarray:
+        """Per round t: the clients a mean over clients counts. A client whose telemetry of
+        round t is missing (its evaluations were due, ``t < expected[m]``, but never reported)
+        is left out; a client that withdrew before t counts, with no regret (it makes no pull,
+        as in process). Flushes first (which changes no sum, :meth:`flush`)."""
+        self.flush()
+        due = np.bincount(np.minimum(expected, self.budget), minlength=self.budget + 1)
+        due_at = self.n_clients - np.cumsum(due)[: self.budget]  # clients with t < expected[m]
+        return self.n_clients - (due_at - self.pulls_at)
+
+    def curves(
+        self, rounds: np.ndarray, expected: np.ndarray | None = None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Global and local cumulative regret averaged over clients, at ``rounds``.
+
+        With ``expected`` (per client, the evaluations it owes), a round's mean is over the
+        clients that reported it (:meth:`reporting`): a client whose telemetry never came is
+        not counted as zero regret. A round no client reported makes the curve NaN from there
+        on. When every client reported every round (always in process) the curve is the sum
+        over clients divided by M, bit for bit as without ``expected``."""
+        reporting = None if expected is None else self.reporting(expected)
+        if reporting is not None and np.all(reporting == self.n_clients):
+            reporting = None
 
         def curve(per_round: np.ndarray | None) -> np.ndarray | None:
             if per_round is None:
                 return None
-            return _regret.at_rounds(_regret.cumulative_regret(per_round) / self.n_clients, rounds)
+            if reporting is None:
+                mean = _regret.cumulative_regret(per_round) / self.n_clients
+            else:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    step = np.where(reporting > 0, per_round / reporting, np.nan)
+                mean = _regret.cumulative_regret(step)
+            return _regret.at_rounds(mean, rounds)
 
         return curve(self.global_sum), curve(self.local_sum)
 

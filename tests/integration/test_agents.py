@@ -259,6 +259,7 @@ def test_a_client_gone_for_good_is_replaced_by_the_quorum_after_the_deadline():
         "pulls_expected": 6 * 2000,
         "pulls_received": 5 * 2000,
         "clients": [5],
+        "fewest_clients_per_round": 5,
     }
 
 
@@ -342,6 +343,7 @@ def test_lost_telemetry_leaves_the_results_marked_incomplete_not_silently_short(
         "pulls_expected": 6 * 800,
         "pulls_received": 5 * 800,
         "clients": [2],
+        "fewest_clients_per_round": 5,
     }
     full = Federation(config, SEED).run()
     assert full.regret_coverage is None  # in process every pull is counted

@@ -64,3 +64,46 @@ def test_a_missing_piece_leaves_the_telemetry_incomplete():
     assert not sums.complete(np.array([60, 60]))  # ...but not every evaluation
     sums.add(pieces[4])
     assert sums.complete(np.array([60, 60]))
+
+
+# ------------------------------------------------------- means over the clients that reported
+def _terms(g) -> np.ndarray:
+    return np.asarray(g, dtype=float)
+
+
+def test_a_client_whose_telemetry_never_came_is_left_out_of_the_mean_not_counted_as_zero():
+    """Three clients owe 4 rounds each; client 2 never reports, and client 1 withdrew after 2
+    rounds (it owes 2). Round means: (1 + 3) / 2 = 2 (clients 0 and 1), (1 + 3) / 2 = 2, then
+    client 1 counts with no regret (it made no pull, as in process): 1 / 2, 1 / 2."""
+    sums = RegretSums(3, 4, global_known=True, local_known=False)
+    sums.add(Telemetry(1, 0, 0, 4, _terms([1, 1, 1, 1]), None))
+    sums.add(Telemetry(1, 1, 0, 2, _terms([3, 3]), None))
+    sums.flush()
+    expected = np.array([4, 2, 4])
+    np.testing.assert_array_equal(sums.reporting(expected), [2, 2, 2, 2])
+    cum, _ = sums.curves(np.arange(1, 5), expected)
+    np.testing.assert_allclose(cum, [2.0, 4.0, 4.5, 5.0], rtol=0, atol=1e-15)
+    # the old reading, dividing by every client, gave 2/3 of that
+    old, _ = sums.curves(np.arange(1, 5))
+    np.testing.assert_allclose(old, np.array([4, 8, 9, 10]) / 3, rtol=0, atol=1e-15)
+
+
+def test_with_every_client_reported_the_mean_is_the_sum_over_m_bit_for_bit():
+    rng = np.random.default_rng(0)
+    sums = RegretSums(3, 50, global_known=True, local_known=True)
+    for m in range(3):
+        sums.add(Telemetry(1, m, 0, 50, rng.random(50), rng.random(50)))
+    sums.flush()
+    full = np.full(3, 50)
+    rounds = np.arange(1, 51)
+    with_expected, without = sums.curves(rounds, full), sums.curves(rounds)
+    for a, b in zip(with_expected, without, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_round_no_client_reported_makes_the_curve_unknown_from_there():
+    sums = RegretSums(2, 4, global_known=True, local_known=False)
+    sums.add(Telemetry(1, 0, 0, 2, _terms([1, 1]), None))
+    sums.flush()
+    cum, _ = sums.curves(np.arange(1, 5), np.array([4, 4]))
+    assert cum[:2].tolist() == [1.0, 2.0] and np.isnan(cum[2:]).all()
