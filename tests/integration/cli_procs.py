@@ -4,7 +4,9 @@ Prometheus endpoint, compare results files without the wall time."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,3 +86,83 @@ def scrape(url: str) -> Samples:
 
 def get(samples: Samples, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+class ProcessFederation:
+    """A server process and two client processes (clients 0-3 and 4-7) of the run in
+    ``config`` (a TOML file whose output directory is ``tmp_path / "run"``), on ``url``."""
+
+    def __init__(self, tmp_path: Path, url: str, config: Path) -> None:
+        self.tmp = tmp_path
+        self.url = url
+        self.config = config
+        self.checkpoints = tmp_path / "checkpoints"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._starts: dict[str, int] = {}
+
+    def log(self, name: str) -> Path:
+        """The log of the last start of ``name``."""
+        n = self._starts.get(name, 1)
+        return self.tmp / (f"{name}.log" if n <= 1 else f"{name}.{n}.log")
+
+    def start(self, name: str, *, fresh_log: bool = False, keys_dir: Path | None = None) -> None:
+        """Start ``name`` (``server``, ``client-a`` or ``client-b``); ``fresh_log``: in a
+        new log file (the last one is kept); ``keys_dir``: other keys than the config's."""
+        if fresh_log:
+            self._starts[name] = self._starts.get(name, 1) + 1
+        cfg, url = str(self.config), self.url
+        if name == "server":
+            args = ["server", cfg, "--broker", url, "--checkpoint", str(self.checkpoints), "-q"]
+        else:
+            hosted = {"client-a": "0-3", "client-b": "4-7"}[name]
+            args = ["client", cfg, "--broker", url, "--client-id", hosted]
+        if keys_dir is not None:
+            args += ["--keys-dir", str(keys_dir)]
+        self.procs[name] = start_cli(*args, log=self.log(name))
+
+    def stop_all(self) -> None:
+        """Kill every process still running (a test's cleanup)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def phases_checkpointed(self) -> bool:
+        return any(self.checkpoints.glob("*.ckpt"))
+
+    def closed_phases(self) -> int:
+        """Phases in the server's checkpoint now."""
+        from fedxab.agents.checkpoint import ServerCheckpoint
+
+        (path,) = self.checkpoints.glob("*.ckpt")
+        return ServerCheckpoint.closed_phases_in(path)
+
+    def expected(self) -> list[dict]:
+        """The in-process runs of the config, without wall time."""
+        from fedxab.agents.federation import Federation
+        from fedxab.config import load_config
+
+        config = load_config(self.config)
+        return [without_time(Federation(config, s).run().to_dict()) for s in config.run.seeds]
+
+    def finish(self, clients: tuple[str, ...] | None = None, timeout: float = 120) -> list[dict]:
+        """Wait for the processes (``clients``: those names only) to exit with status 0; the
+        runs of the results file, without wall time."""
+        try:
+            for name, proc in self.procs.items():
+                if clients is None or name in clients:
+                    wait_ok(proc, self.log(name), timeout)
+        finally:
+            self.stop_all()
+        return self.results()
+
+    def results(self) -> list[dict]:
+        data = json.loads((self.tmp / "run" / "results.json").read_text())
+        runs = [without_time(run) for run in data["runs"]]
+        assert runs, "the results file holds no runs"
+        return runs

@@ -8,24 +8,21 @@ middle of the run and started again.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from cli_procs import start_cli, until, wait_ok, without_time
+from cli_procs import ProcessFederation, until, without_time
 from outage_proxy import OutageProxy
 
-from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.devbroker import DevBroker, free_port
 from fedxab.broker.kafka import KafkaBroker
-from fedxab.config import config_from_dict, load_config
+from fedxab.config import config_from_dict
 from fedxab.security.keys import generate_keys
 
 SEED = 2
@@ -154,67 +151,15 @@ def _write_config(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def _expected_runs(config_path: Path) -> list[dict]:
-    config = load_config(config_path)
-    return [without_time(Federation(config, s).run().to_dict()) for s in config.run.seeds]
-
-
-class Federation3:
-    """A server process and two client processes (clients 0-3 and 4-7) of one run."""
-
-    def __init__(self, tmp_path: Path, url: str) -> None:
-        self.tmp = tmp_path
-        self.url = url
-        self.config = _write_config(tmp_path, "run")
-        self.checkpoints = tmp_path / "checkpoints"
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def log(self, name: str) -> Path:
-        return self.tmp / f"{name}.log"
-
-    def start(self, name: str) -> None:
-        cfg, url = str(self.config), self.url
-        if name == "server":
-            args = ["server", cfg, "--broker", url, "--checkpoint", str(self.checkpoints), "-q"]
-        else:
-            ids = {"client-a": "0-3", "client-b": "4-7"}[name]
-            args = ["client", cfg, "--broker", url, "--client-id", ids]
-        self.procs[name] = start_cli(*args, log=self.log(name))
-
-    def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-
-    def phases_checkpointed(self) -> bool:
-        return any(self.checkpoints.glob("*.ckpt"))
-
-    def closed_phases(self) -> int:
-        """Phases in the server's checkpoint now."""
-        (path,) = self.checkpoints.glob("*.ckpt")
-        return ServerCheckpoint.closed_phases_in(path)
-
-    def finish(self) -> list[dict]:
-        try:
-            for name, proc in self.procs.items():
-                wait_ok(proc, self.log(name), PROCESS_TIMEOUT)
-        finally:
-            for proc in self.procs.values():
-                if proc.poll() is None:
-                    proc.kill()
-        data = json.loads((self.tmp / "run" / "results.json").read_text())
-        return [without_time(run) for run in data["runs"]]
-
-
 @pytest.fixture
 def federation(tmp_path, dev_broker):
-    return Federation3(tmp_path, dev_broker.url)
+    return ProcessFederation(tmp_path, dev_broker.url, _write_config(tmp_path, "run"))
 
 
 def test_server_and_clients_in_separate_processes(federation):
     for name in ("server", "client-a", "client-b"):
         federation.start(name)
-    assert federation.finish() == _expected_runs(federation.config)
+    assert federation.finish() == federation.expected()
 
 
 @pytest.mark.parametrize("victim", ["client-b", "server"])
@@ -227,7 +172,7 @@ def test_a_process_killed_mid_run_and_restarted_changes_nothing(federation, vict
     federation.kill(victim)
     closed = federation.closed_phases()
     federation.start(victim)
-    expected = _expected_runs(federation.config)
+    expected = federation.expected()
     assert 1 <= closed < expected[0]["communication"]["rounds"]  # killed before the run's end
     assert federation.finish() == expected
 
