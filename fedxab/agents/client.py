@@ -37,6 +37,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,8 @@ class ClientAgent:
         self.bad_signatures: Counter[int] = Counter()
         """Live broadcasts that failed a hosted client's key, by client."""
         self._failed_key: int | None = None  # the client whose key the last record failed
+        self._sent = (0, 0.0)  # the last phase whose replies were sent live, and when
+        self.rebroadcast_s = config.agents.rebroadcast_s
         self.finished: Finished | None = None
         # the metrics' view of the hosted clients (kept only with metrics)
         self._broadcast_bytes = 0
@@ -284,29 +287,34 @@ class ClientAgent:
 
     async def _mirror_ledger(self) -> None:
         """Publish the releases the clients recorded since the last call (ledger topic)."""
-        for m, gate in self.gates.items():
-            for phase, event in gate.drain():
-                record = release_record(self.run_id, m, phase, event)
-                await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
+        await self.broker.publish_many(
+            self.topics["ledger"],
+            [
+                (str(m), self._seal(release_record(self.run_id, m, phase, event), m))
+                for m, gate in self.gates.items()
+                for phase, event in gate.drain()
+            ],
+        )
 
     async def _close_ledger_mirror(self) -> None:
         """Each client's end marker on the ledger topic: its mirror is complete."""
-        for m, gate in self.gates.items():
-            releases = len(gate.ledger.history(self.run_id, m))
-            record = end_record(self.run_id, m, releases)
-            await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
+        ends = [
+            (
+                str(m),
+                self._seal(end_record(self.run_id, m, len(gate.ledger.history(self.run_id, m))), m),
+            )
+            for m, gate in self.gates.items()
+        ]
+        await self.broker.publish_many(self.topics["ledger"], ends)
 
     async def _send(self, answers: list[tuple[int, Any]], phase: int) -> int:
         """Publish the reports; their payload bytes in all."""
-        sent = 0
+        sent, records = 0, []
         for m, report in answers:
             payload = packb(report.to_wire())
             sent += len(payload)
-            await self.broker.publish(
-                self.topics["report"],
-                str(m),
-                self._envelope("report", m, phase, f"report:{phase}", payload),
-            )
+            records.append((str(m), self._envelope("report", m, phase, f"report:{phase}", payload)))
+        await self.broker.publish_many(self.topics["report"], records)
         self.counts["reports_sent"] += len(answers)
         if time.monotonic() - self._last_flush >= self.telemetry_interval_s:
             await self._flush_telemetry()
@@ -318,41 +326,43 @@ class ClientAgent:
         KiB: well under a broker's message size limit, however long a phase), every
         ``telemetry_interval_s`` and at the end. The server drops entries it already has, so a
         resent entry changes nothing."""
+        records = []
         for m, entries in self._unsent.items():
             for batch in telemetry_batches(entries, TELEMETRY_PULLS):
                 a, b = batch[0], batch[-1]
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
                 body = packb([t.to_wire() for t in batch])
-                envelope = self._envelope("telemetry", m, b.phase, msg_id, body)
-                await self.broker.publish(self.topics["control"], str(m), envelope)
+                records.append((str(m), self._envelope("telemetry", m, b.phase, msg_id, body)))
+        await self.broker.publish_many(self.topics["control"], records)
         self._unsent = {}
         self._last_flush = time.monotonic()
 
     async def _send_outcomes(self, finished: Finished) -> None:
         """Each hosted client's outcome (what it observed of its own objective, and its own
         recommendation where it has one) to the server, for the run's results."""
-        for m in self.clients:
-            body = packb(self.hosted.outcome(m).to_dict())
-            envelope = self._envelope("outcome", m, int(finished.phase), "outcome", body)
-            await self.broker.publish(self.topics["control"], str(m), envelope)
+        await self._to_every_client(
+            "outcome", int(finished.phase), "outcome", lambda m: self.hosted.outcome(m).to_dict()
+        )
 
     async def _leave(self, phase: int) -> None:
         """Tell the server each hosted client saw the final answer (so it stops repeating it)."""
-        for m in self.clients:
-            envelope = self._envelope("leave", m, phase, "leave", packb(None))
-            await self.broker.publish(self.topics["control"], str(m), envelope)
+        await self._to_every_client("leave", phase, "leave", lambda m: None)
 
     async def _heartbeats(self) -> None:
         beat = 0
         while True:
             await asyncio.sleep(self.heartbeat_s)
             beat += 1
-            for m in self.clients:
-                await self.broker.publish(
-                    self.topics["control"],
-                    str(m),
-                    self._envelope("heartbeat", m, 0, f"heartbeat:{beat}", packb(None)),
-                )
+            await self._to_every_client("heartbeat", 0, f"heartbeat:{beat}", lambda m: None)
+
+    async def _to_every_client(
+        self, kind: str, phase: int, msg_id: str, body: Callable[[int], Any]
+    ) -> None:
+        """One control message from each hosted client, ``body(m)`` its payload."""
+        records = [
+            (str(m), self._envelope(kind, m, phase, msg_id, packb(body(m)))) for m in self.clients
+        ]
+        await self.broker.publish_many(self.topics["control"], records)
 
     # ------------------------------------------------------------------------------ service
     async def run(self) -> Finished:
@@ -372,14 +382,16 @@ class ClientAgent:
     async def _run(self) -> Finished:
         lobby = lobby_topic(self.namespace)
         await self.broker.create_topics([*self.topics.values(), lobby])
-        for m in self.clients:
-            await self.broker.publish(
-                self.topics["control"], str(m), self._envelope("join", m, 0, "join", packb(None))
+        await self._to_every_client("join", 0, "join", lambda m: None)
+        budget = None if self.run_ledger is None else self.run_ledger.budget
+        if budget is not None:
+            await self.broker.publish_many(
+                self.topics["ledger"],
+                [
+                    (str(m), self._seal(budget_record(self.run_id, m, budget), m))
+                    for m in self.clients
+                ],
             )
-            budget = None if self.run_ledger is None else self.run_ledger.budget
-            if budget is not None:
-                record = budget_record(self.run_id, m, budget)
-                await self.broker.publish(self.topics["ledger"], str(m), self._seal(record, m))
         lobby_watch = announce_and_watch(
             self.broker,
             lobby,
@@ -406,6 +418,16 @@ class ClientAgent:
             )
         return self.finished
 
+    def _repeat_too_soon(self, phase: int) -> bool:
+        """Whether a live broadcast of ``phase`` repeats one this agent answered less than
+        ``rebroadcast_s`` ago. The server repeats a phase after ``rebroadcast_s`` without a
+        new report: repeats published while this agent was still computing or sending its
+        replies are stale and are skipped, so that the replies of thousands of hosted clients
+        are sent again once per repeat the server really needed, not once per copy queued
+        meanwhile (a client agent would otherwise resend faster than it can)."""
+        last_phase, sent_at = self._sent
+        return phase == last_phase and time.monotonic() - sent_at < self.rebroadcast_s
+
     async def _answer_broadcasts(self) -> None:
         """Answer the run's broadcasts until the server's final answer."""
         loop = asyncio.get_running_loop()
@@ -426,11 +448,16 @@ class ClientAgent:
                     await self._close_ledger_mirror()
                     await self._leave(int(msg.phase))
                     break
+                live = record.offset >= replay_until
+                if live and self._repeat_too_soon(int(msg.phase)):
+                    self.counts["broadcasts_repeat_skipped"] += 1
+                    continue
                 self._opened = time.perf_counter()
                 answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
                 await self._mirror_ledger()
-                if record.offset >= replay_until:
+                if live:
                     bytes_up = await self._send(answers, int(msg.phase))
+                    self._sent = (int(msg.phase), time.monotonic())
                     self._observe(msg, len(answers), bytes_up)
                 else:
                     self.counts["broadcasts_replayed"] += 1

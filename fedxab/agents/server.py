@@ -522,27 +522,35 @@ class ServerAgent:
         for each client (and, with ``end``, each client's end marker)."""
         if self.run_ledger is None:
             return
-        topic = self.topics["ledger"]
+        records = []
         for m, gate in self.server.gates.items():
             for phase, event in gate.drain():
                 record = release_record(self.run_id, m, phase, event, by_server=True)
-                await self.broker.publish(topic, str(m), self._seal_about(record, m))
+                records.append((str(m), self._seal_about(record, m)))
             if end:
                 releases = len(self.run_ledger.ledger.history(self.run_id, m))
                 record = end_record(self.run_id, m, releases, by_server=True)
-                await self.broker.publish(topic, str(m), self._seal_about(record, m))
+                records.append((str(m), self._seal_about(record, m)))
+        await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
         await self._republish_history()
         if self.run_ledger is not None:
             budget = self.run_ledger.budget
-            for m in range(self.n_clients):
-                if budget is not None:
-                    record = budget_record(self.run_id, m, budget, by_server=True)
-                    await self.broker.publish(
-                        self.topics["ledger"], str(m), self._seal_about(record, m)
-                    )
+            if budget is not None:
+                await self.broker.publish_many(
+                    self.topics["ledger"],
+                    [
+                        (
+                            str(m),
+                            self._seal_about(
+                                budget_record(self.run_id, m, budget, by_server=True), m
+                            ),
+                        )
+                        for m in range(self.n_clients)
+                    ],
+                )
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             active = self.active  # the clients the broadcast is for

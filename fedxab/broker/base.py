@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
@@ -200,6 +200,13 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
         """Append one record to ``topic``; returns once the broker has acknowledged it."""
+
+    async def publish_many(self, topic: str, records: Sequence[tuple[str | None, bytes]]) -> None:
+        """Append ``(key, value)`` records to ``topic`` in order; returns once the broker has
+        acknowledged every one. A broker that can batch (Kafka) sends them together: a client
+        agent publishes one report per hosted client, thousands at a time."""
+        for key, value in records:
+            await self.publish(topic, key, value)
 
     @abc.abstractmethod
     def subscribe(self, topic: str, group: str | None) -> Subscription:

@@ -8,7 +8,7 @@
   factor 1, before the first publish or subscription that names them (as the in-memory broker
   does), so that a broker's auto-creation defaults never decide the partition count;
 - a subscription with a group is a consumer of that group without auto-commit, starting at the
-  group's committed offset or at the beginning (``auto_offset_reset="earliest"``); a subscription
+  group's committed offset or at the beginning (a group that never committed); a subscription
   without a group is assigned every partition of the topic and seeks to the beginning.
 
 Liveness. A request that fails (connect, publish, create topics) is retried, waiting
@@ -16,10 +16,11 @@ Liveness. A request that fails (connect, publish, create topics) is retried, wai
 broker has failed to answer for ``unreachable_s`` seconds (``[broker] unreachable_s``); then
 :class:`BrokerError` is raised. A reader asks the broker for its
 partitions' end offsets every :func:`check_interval` seconds: a broker that has not answered for
-``unreachable_s`` seconds, or that answers with a log shorter than what the reader has already
-read (a broker restarted without its storage: the run's records are gone, and a reader that
-waited for offsets the new log will reach only much later would hang), raises
-:class:`BrokerError`. The agents stop with it; a server restarted with its checkpoint resumes the
+``unreachable_s`` seconds raises :class:`BrokerError`. So does a broker that no longer has the
+records at a reader's position after the reader read some (restarted without its storage: the
+run's records are gone); consumers never reset a lost position silently
+(``auto_offset_reset="none"``), where a reader would skip the new log's records as already
+seen and wait forever. The agents stop with it; a server restarted with its checkpoint resumes the
 run (its broadcasts are published again on the new log).
 
 Group timing: consumers use ``session_timeout_ms`` (default 6000, the smallest session timeout
@@ -45,7 +46,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,6 +58,8 @@ from aiokafka.errors import (
     IllegalStateError,
     KafkaError,
     MessageSizeTooLargeError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
     TopicAlreadyExistsError,
     for_code,
 )
@@ -92,6 +95,15 @@ def _being_cancelled() -> bool:
     from inside a library)."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
+
+
+def _check_record(topic: str, key: str | None, value: bytes, limit: int) -> None:
+    """What a record to publish must be: bytes, a str key or None, at most ``limit`` bytes."""
+    if not isinstance(value, bytes):
+        raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
+    if key is not None and not isinstance(key, str):
+        raise ProtocolError(f"record keys are str or None, got {type(key).__name__}")
+    refuse_oversize_publish(topic, value, limit)
 
 
 async def _stop_quietly(
@@ -366,11 +378,7 @@ class KafkaBroker(Broker):
         A failed send is retried like a connection (``reconnect_attempts``, backoff), then
         raises :class:`BrokerError`; a record larger than ``max_message_bytes`` (or than the
         broker takes) raises it at once."""
-        if not isinstance(value, bytes):
-            raise ProtocolError(f"record values are bytes, got {type(value).__name__}")
-        if key is not None and not isinstance(key, str):
-            raise ProtocolError(f"record keys are str or None, got {type(key).__name__}")
-        refuse_oversize_publish(topic, value, self.max_message_bytes)
+        _check_record(topic, key, value, self.max_message_bytes)
         producer = await self._ready_producer()
         await self._ensure_topics([topic])
         raw_key = None if key is None else key.encode()
@@ -381,12 +389,39 @@ class KafkaBroker(Broker):
                 lambda: producer.send_and_wait(topic, value, key=raw_key),
             )
         except MessageSizeTooLargeError as exc:
-            raise BrokerError(
-                f"a record of {len(value):,} bytes for topic {topic!r} is larger than Kafka "
-                f"takes ({self.max_message_bytes:,} bytes): {exc}. Raise [broker] "
-                "max_message_bytes, and the Kafka broker's message.max.bytes if the topics were "
-                "not created by fedxab (a signed broadcast carries 32 bytes per client)"
-            ) from exc
+            raise self._too_large(topic, len(value), exc) from exc
+
+    def _too_large(self, topic: str, size: int, exc: Exception) -> BrokerError:
+        return BrokerError(
+            f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes "
+            f"({self.max_message_bytes:,} bytes): {exc}. Raise [broker] max_message_bytes, and "
+            "the Kafka broker's message.max.bytes if the topics were not created by fedxab (a "
+            "signed broadcast carries 32 bytes per client)"
+        )
+
+    async def publish_many(self, topic: str, records: Sequence[tuple[str | None, bytes]]) -> None:
+        """Append the records in one go: all are handed to the producer, which batches them,
+        then every acknowledgement is awaited (order is kept: one partition's records are
+        sent in order). A failure is retried like :meth:`publish`, the whole batch again
+        (records delivered twice are dropped by the receivers' dedupe)."""
+        for key, value in records:
+            _check_record(topic, key, value, self.max_message_bytes)
+        if not records:
+            return
+        producer = await self._ready_producer()
+        await self._ensure_topics([topic])
+
+        async def attempt() -> None:
+            sent = [
+                await producer.send(topic, value, key=None if key is None else key.encode())
+                for key, value in records
+            ]
+            await asyncio.gather(*sent)
+
+        try:
+            await self._retry(f"publish {len(records)} records to topic {topic!r}", attempt)
+        except MessageSizeTooLargeError as exc:
+            raise self._too_large(topic, max(len(v) for _, v in records), exc) from exc
 
     def subscribe(self, topic: str, group: str | None) -> Subscription:
         """A subscription to ``topic``; its consumer connects on ``async with`` or first use."""
@@ -402,14 +437,14 @@ class KafkaBroker(Broker):
         async def attempt() -> AIOKafkaConsumer:
             if group is None:
                 consumer = AIOKafkaConsumer(
-                    enable_auto_commit=False, auto_offset_reset="earliest", **self._client_options
+                    enable_auto_commit=False, auto_offset_reset="none", **self._client_options
                 )
             else:
                 consumer = AIOKafkaConsumer(
                     topic,
                     group_id=group,
                     enable_auto_commit=False,
-                    auto_offset_reset="earliest",
+                    auto_offset_reset="none",  # a lost log is an error, see _out_of_range
                     session_timeout_ms=self.session_timeout_ms,
                     heartbeat_interval_ms=max(1, self.session_timeout_ms // 3),
                     **self._client_options,
@@ -438,7 +473,6 @@ class _KafkaSubscription(Subscription):
         self._lock = asyncio.Lock()
         self._closed = False
         self._committed: dict[TopicPartition, int] = {}
-        self._short: dict[int, int] = {}  # partition -> checks in a row its log ended short
 
     async def _ready(self) -> AIOKafkaConsumer | None:
         """The started consumer, or ``None`` once the subscription is closed."""
@@ -463,10 +497,13 @@ class _KafkaSubscription(Subscription):
         rereads: Counter[tuple[int, int]] = Counter()
         interval = check_interval(self._broker.unreachable_s)
         answered = checked = time.monotonic()
+        digests: dict[int, int] = {}  # partition -> hash of the last record yielded
+        verifying: dict[int, float] = {}  # partition -> when its last record was asked again
         try:
             while True:
                 if time.monotonic() - checked >= interval:
-                    answered = await self._check_log(consumer, following, answered)
+                    answered, ends = await self._check_log(consumer, answered)
+                    self._verify_short_logs(consumer, ends, following, verifying, interval)
                     checked = time.monotonic()
                 try:
                     message = await asyncio.wait_for(consumer.getone(), interval)
@@ -474,6 +511,12 @@ class _KafkaSubscription(Subscription):
                     continue
                 except ConsumerStoppedError:
                     return  # closed (also from another task)
+                except NoOffsetForPartitionError as exc:  # a group's first read: from the start
+                    await consumer.seek_to_beginning(*exc.args)
+                    continue
+                except OffsetOutOfRangeError as exc:
+                    await self._out_of_range(consumer, exc, following)
+                    continue
                 except asyncio.CancelledError:
                     if _being_cancelled():
                         raise
@@ -484,6 +527,12 @@ class _KafkaSubscription(Subscription):
                     ) from None
                 answered = time.monotonic()
                 want = following.get(message.partition)
+                if message.partition in verifying and want is not None:
+                    if message.offset == want - 1:  # the last record read, asked again
+                        del verifying[message.partition]
+                        if hash(message.value) != digests[message.partition]:
+                            raise self._lost(message.partition, want - 1, "holds another record")
+                    continue
                 if want is not None and message.offset < want:
                     continue  # delivered again after a seek or a rebalance: already yielded
                 if want is not None and message.offset > want:
@@ -499,17 +548,62 @@ class _KafkaSubscription(Subscription):
                         message.offset - 1,
                     )
                 following[message.partition] = message.offset + 1
+                digests[message.partition] = hash(message.value)
                 key = None if message.key is None else message.key.decode(errors="replace")
                 yield Record(message.topic, message.partition, message.offset, key, message.value)
         except KafkaError as exc:
             raise BrokerError(f"consuming topic {self._topic!r} failed: {exc}") from exc
 
+    async def _out_of_range(
+        self, consumer: AIOKafkaConsumer, exc: OffsetOutOfRangeError, following: dict[int, int]
+    ) -> None:
+        """The broker has no record at this reader's position. Where the reader has already
+        read records of the partition, the broker lost them (restarted without its storage):
+        :class:`BrokerError`. Elsewhere (a committed offset beyond a topic made again) the
+        reader starts from the beginning."""
+        for tp in exc.args[0]:
+            if tp.partition in following:
+                raise self._lost(tp.partition, following[tp.partition] - 1, "is gone")
+            await consumer.seek_to_beginning(tp)
+
+    def _lost(self, partition: int, offset: int, what: str) -> BrokerError:
+        return BrokerError(
+            f"the Kafka broker at {self._broker.bootstrap_servers} lost records of topic "
+            f"{self._topic!r}: the record at offset {offset} of partition {partition}, which "
+            f"this reader had read, {what} (was the broker restarted without its storage?). "
+            "Stop every party; restart the server with its checkpoint directory to resume the "
+            "run, then the clients"
+        )
+
+    def _verify_short_logs(
+        self,
+        consumer: AIOKafkaConsumer,
+        ends: dict[TopicPartition, int],
+        following: dict[int, int],
+        verifying: dict[int, float],
+        interval: float,
+    ) -> None:
+        """A partition whose end offset lies before what this reader has read is either a
+        broker whose end offset lags (the dev broker's can, by a batch) or a lost log: the
+        reader asks for the last record it read again, and the record decides (the same:
+        read on; another: lost, in ``_records``). One that has not come back within
+        ``interval`` seconds is not there any more: :class:`BrokerError`."""
+        now = time.monotonic()
+        for partition, since in verifying.items():
+            if now - since > interval:
+                raise self._lost(partition, following[partition] - 1, "is not served any more")
+        for tp, end in ends.items():
+            read_to = following.get(tp.partition)
+            if read_to is not None and end < read_to and tp.partition not in verifying:
+                verifying[tp.partition] = now
+                consumer.seek(tp, read_to - 1)
+
     async def _check_log(
-        self, consumer: AIOKafkaConsumer, following: dict[int, int], answered: float
-    ) -> float:
-        """While waiting for records: the broker's end offsets against what this reader has
-        read (:meth:`_check_end`); the time of the broker's last answer, or
-        :class:`BrokerError` once it has not answered for ``unreachable_s``."""
+        self, consumer: AIOKafkaConsumer, answered: float
+    ) -> tuple[float, dict[TopicPartition, int]]:
+        """Ask the broker for the end offsets: the time of its last answer and the offsets
+        (none if it did not answer), or :class:`BrokerError` once it has not answered for
+        ``unreachable_s``."""
         limit = self._broker.unreachable_s
         partitions = list(consumer.assignment())
         if not partitions:  # a group member between assignments: ask about the topic's
@@ -527,29 +621,8 @@ class _KafkaSubscription(Subscription):
                     f"for {silent:.0f} s ([broker] unreachable_s = {limit:g}) while reading "
                     f"topic {self._topic!r}: {exc or type(exc).__name__}"
                 ) from exc
-            return answered
-        for tp, end in ends.items():
-            if tp.partition in following:
-                self._check_end(tp.partition, end, following[tp.partition])
-        return time.monotonic()
-
-    def _check_end(self, partition: int, end: int, read_to: int) -> None:
-        """:class:`BrokerError` if the broker's log of ``partition`` ends (``end``) before the
-        offset this reader has read to, twice in a row: the broker lost records it had
-        delivered. (Once is not enough: the dev broker's end offset can lag a record it has
-        just delivered.)"""
-        if end >= read_to:
-            self._short.pop(partition, None)
-            return
-        self._short[partition] = self._short.get(partition, 0) + 1
-        if self._short[partition] >= 2:
-            raise BrokerError(
-                f"the Kafka broker at {self._broker.bootstrap_servers} lost records of topic "
-                f"{self._topic!r}: partition {partition} now ends at offset {end}, but this "
-                f"reader had read up to offset {read_to - 1} (was the broker restarted without "
-                "its storage?). Stop every party; restart the server with its checkpoint "
-                "directory to resume the run, then the clients"
-            )
+            return answered, {}
+        return time.monotonic(), ends
 
     def _resume_at(self, partition: int, got: int, want: int) -> None:
         """Read ``partition`` again from offset ``want``: record ``got`` came first. Offsets of

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-from aiokafka.errors import ConsumerStoppedError, KafkaConnectionError
+from aiokafka.errors import ConsumerStoppedError, KafkaConnectionError, OffsetOutOfRangeError
 
 from fedxab.broker.base import BrokerError
 from fedxab.broker.kafka import KafkaBroker, _KafkaSubscription
@@ -103,33 +103,22 @@ class IdleConsumer:
         return {tp: self.ends(tp) for tp in partitions}
 
 
-def test_a_waiting_reader_notices_a_broker_that_lost_its_log():
-    with pytest.raises(BrokerError, match=r"lost records of topic 't': partition 0 now ends at"):
-        _read(IdleConsumer(3, ends=lambda tp: 0), unreachable_s=0.5)
+class LostLogConsumer(IdleConsumer):
+    """Offsets 0..n-1, then the broker has no record at the reader's position."""
+
+    async def getone(self) -> Message:
+        if self.position < self.n:
+            return await super().getone()
+        from aiokafka import TopicPartition
+
+        raise OffsetOutOfRangeError({TopicPartition("t", 0): self.n})
 
 
-def test_an_end_offset_that_lags_once_is_not_a_lost_log():
-    lags = iter([2, 3, 2, 3, 2])  # 3 records read; the end lags one of them every other time
-
-    class Done(Exception):
-        """Every answer was used."""
-
-    def ends(tp):
-        try:
-            return next(lags)
-        except StopIteration:
-            raise Done from None
-
-    consumer = IdleConsumer(3, ends=ends)
-
-    async def main() -> None:
-        sub = _KafkaSubscription(KafkaBroker("127.0.0.1:1", unreachable_s=0.5), "t", None)
-        sub._consumer = consumer  # type: ignore[assignment]
-        async for _ in sub:
-            pass
-
-    with pytest.raises(Done):  # all five answers used up, none stopped the reader
-        asyncio.run(asyncio.wait_for(main(), 5))
+def test_a_reader_whose_position_the_broker_lost_stops():
+    with pytest.raises(
+        BrokerError, match=r"topic .t.: the record at offset 2 of partition 0, .* is gone"
+    ):
+        _read(LostLogConsumer(3, ends=lambda tp: 0))
 
 
 def test_a_waiting_reader_stops_once_the_broker_has_not_answered_for_unreachable_s():
@@ -140,3 +129,61 @@ def test_a_waiting_reader_stops_once_the_broker_has_not_answered_for_unreachable
         BrokerError, match=r"has not answered for \d+ s \(\[broker\] unreachable_s = 0.5"
     ):
         _read(IdleConsumer(3, ends=down), unreachable_s=0.5)
+
+
+class ServingConsumer(IdleConsumer):
+    """Offsets 0..n-1 of values ``values``; the end offset it reports lags by ``lag``; a seek
+    serves the record asked for again (``values`` may have changed meanwhile)."""
+
+    def __init__(self, values: list[bytes], lag: int) -> None:
+        super().__init__(len(values), ends=lambda tp: len(self.values) - lag)
+        self.values = values
+        self.seeks: list[int] = []
+
+    def seek(self, tp, offset: int) -> None:
+        self.seeks.append(offset)
+        self.position = offset
+
+    async def getone(self) -> Message:
+        if self.position < self.n:
+            self.position += 1
+            return Message("t", 0, self.position - 1, b"k", self.values[self.position - 1])
+        await asyncio.Event().wait()
+        raise AssertionError
+
+
+def _read_for(consumer, seconds: float) -> list[int]:
+    """The offsets read in ``seconds`` (then the reader is cancelled)."""
+    sub = _KafkaSubscription(KafkaBroker("127.0.0.1:1", unreachable_s=0.5), "t", None)
+    sub._consumer = consumer  # type: ignore[assignment]
+    seen: list[int] = []
+
+    async def main() -> None:
+        async for record in sub:
+            seen.append(record.offset)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(main(), seconds))
+    return seen
+
+
+def test_an_end_offset_that_lags_is_checked_against_the_last_record_and_reading_goes_on():
+    consumer = ServingConsumer([b"a", b"b", b"c"], lag=2)
+    assert _read_for(consumer, 1.0) == [0, 1, 2]  # nothing yielded twice, no error
+    assert consumer.seeks and set(consumer.seeks) == {2}  # the last record, asked again
+
+
+def test_a_last_record_that_changed_means_the_broker_lost_its_log():
+    consumer = ServingConsumer([b"a", b"b", b"c"], lag=2)
+    original = consumer.getone
+
+    async def restarted() -> Message:
+        if consumer.seeks:
+            consumer.values = [b"x", b"y", b"z"]  # a new log under the same offsets
+        return await original()
+
+    consumer.getone = restarted  # type: ignore[method-assign]
+    with pytest.raises(
+        BrokerError, match="the record at offset 2 of partition 0, .* holds another"
+    ):
+        _read(consumer, unreachable_s=0.5)
