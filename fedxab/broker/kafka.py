@@ -373,37 +373,17 @@ class KafkaBroker(Broker):
         return sorted(partitions)
 
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
-        """Append one record (``key`` encoded as UTF-8); returns once all replicas have it.
-
-        A failed send is retried like a connection (``reconnect_attempts``, backoff), then
-        raises :class:`BrokerError`; a record larger than ``max_message_bytes`` (or than the
-        broker takes) raises it at once."""
-        _check_record(topic, key, value, self.max_message_bytes)
-        producer = await self._ready_producer()
-        await self._ensure_topics([topic])
-        raw_key = None if key is None else key.encode()
-        try:
-            # Retried with backoff: a broker that restarts is unreachable for a while.
-            await self._retry(
-                f"publish to topic {topic!r}",
-                lambda: producer.send_and_wait(topic, value, key=raw_key),
-            )
-        except MessageSizeTooLargeError as exc:
-            raise self._too_large(topic, len(value), exc) from exc
-
-    def _too_large(self, topic: str, size: int, exc: Exception) -> BrokerError:
-        return BrokerError(
-            f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes "
-            f"({self.max_message_bytes:,} bytes): {exc}. Raise [broker] max_message_bytes, and "
-            "the Kafka broker's message.max.bytes if the topics were not created by fedxab (a "
-            "signed broadcast carries 32 bytes per client)"
-        )
+        """Append one record (``key`` encoded as UTF-8); returns once all replicas have it
+        (:meth:`publish_many` of one record)."""
+        await self.publish_many(topic, [(key, value)])
 
     async def publish_many(self, topic: str, records: Sequence[tuple[str | None, bytes]]) -> None:
         """Append the records in one go: all are handed to the producer, which batches them,
         then every acknowledgement is awaited (order is kept: one partition's records are
-        sent in order). A failure is retried like :meth:`publish`, the whole batch again
-        (records delivered twice are dropped by the receivers' dedupe)."""
+        sent in order). A failed send is retried like a connection (for up to
+        ``unreachable_s``, with backoff), the whole batch again (records delivered twice are
+        dropped by the receivers' dedupe), then raises :class:`BrokerError`; a record larger
+        than ``max_message_bytes`` (or than the broker takes) raises it at once."""
         for key, value in records:
             _check_record(topic, key, value, self.max_message_bytes)
         if not records:
@@ -419,9 +399,16 @@ class KafkaBroker(Broker):
             await asyncio.gather(*sent)
 
         try:
-            await self._retry(f"publish {len(records)} records to topic {topic!r}", attempt)
+            # Retried with backoff: a broker that restarts is unreachable for a while.
+            await self._retry(f"publish to topic {topic!r}", attempt)
         except MessageSizeTooLargeError as exc:
-            raise self._too_large(topic, max(len(v) for _, v in records), exc) from exc
+            size = max(len(value) for _, value in records)
+            raise BrokerError(
+                f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes "
+                f"({self.max_message_bytes:,} bytes): {exc}. Raise [broker] max_message_bytes, "
+                "and the Kafka broker's message.max.bytes if the topics were not created by "
+                "fedxab (a signed broadcast carries 32 bytes per client)"
+            ) from exc
 
     def subscribe(self, topic: str, group: str | None) -> Subscription:
         """A subscription to ``topic``; its consumer connects on ``async with`` or first use."""
@@ -691,6 +678,4 @@ class _KafkaSubscription(Subscription):
             consumer, self._consumer = self._consumer, None
         self._broker._subscriptions.discard(self)
         if consumer is not None:
-            await _stop_quietly(
-                consumer, f"the consumer of topic {self._topic!r}", _STOP_S
-            )
+            await _stop_quietly(consumer, f"the consumer of topic {self._topic!r}", _STOP_S)
