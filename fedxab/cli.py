@@ -100,6 +100,14 @@ ServeAfterOption = Annotated[
         show_default=False,
     ),
 ]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Federated runs on a broker: the topic namespace (overrides broker.namespace); "
+        "another namespace starts a new run on new topics.",
+        show_default=False,
+    ),
+]
 KeysDirOption = Annotated[
     Path | None,
     typer.Option(
@@ -411,18 +419,31 @@ def run(
         int, typer.Option(min=1, help="Federated runs on a broker: client agents to start.")
     ] = 1,
     keys_dir: KeysDirOption = None,
+    namespace: NamespaceOption = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Keep the seeds this job already finished (DIR/runs) and run only the others; "
+            "on Kafka an interrupted seed continues from its checkpoint (DIR/checkpoints).",
+        ),
+    ] = False,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
 ) -> None:
-    """Run a job and write DIR/results.json (federated jobs: every agent in this process)."""
+    """Run a job and write DIR/results.json (federated jobs: every agent in this process).
+    Each seed's run is kept in DIR/runs as it finishes; --resume takes them up again."""
     from fedxab.agents.local import run_config
+    from fedxab.agents.server import RunConflictError
     from fedxab.api import run_job
     from fedxab.results import write_results
+    from fedxab.run.finished import FinishedRuns
 
     console = _console()
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir)
+        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir, namespace)
+        finished = FinishedRuns(cfg, resume=resume)
         source = "built-in default" if config is None else str(config)
         fed = cfg.federation
         if not quiet:
@@ -439,6 +460,7 @@ def run(
                 f"{cfg.run.repeats} run(s) from seed {cfg.run.seed}",
                 soft_wrap=True,
             )
+        _print_finished_seeds(console, finished, quiet)
         progress = _progress(console, quiet, "evals" if fed is None else "rounds")
         on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
 
@@ -446,18 +468,30 @@ def run(
             with progress:
                 if fed is None:
                     results = run_config(
-                        cfg, on_progress, on_run_start=on_run_start, metrics=metrics
+                        cfg,
+                        on_progress,
+                        on_run_start=on_run_start,
+                        metrics=metrics,
+                        finished=finished,
                     )
                 else:
-                    results = _interruptible(
-                        lambda: run_job(
-                            cfg,
-                            progress=on_progress,
-                            on_run_start=on_run_start,
-                            hosts=hosts,
-                            metrics=metrics,
+                    try:
+                        results = _interruptible(
+                            lambda: run_job(
+                                cfg,
+                                progress=on_progress,
+                                on_run_start=on_run_start,
+                                hosts=hosts,
+                                metrics=metrics,
+                                finished=finished,
+                            )
                         )
-                    )
+                    except RunConflictError as exc:
+                        raise FedxabError(
+                            f"run {exc.run_id} already ran on {cfg.broker.url}: start a new one "
+                            "with --namespace NAME, or continue this one with --resume (same "
+                            "--output)"
+                        ) from None
             path = write_results(results, cfg.output_dir)
             if not quiet:
                 console.print(_summary_table(results))
@@ -471,6 +505,23 @@ def run(
             console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
+def _print_finished_seeds(console: Console, finished, quiet: bool) -> None:
+    """Say which seeds a job takes from disk (``--resume``), or which finished ones it will run
+    again (without it)."""
+    seeds = finished.on_disk()
+    if quiet or not seeds:
+        return
+    listed = ", ".join(map(str, seeds))
+    if finished.resume:
+        text = f"resuming: seed(s) {listed} already finished ({finished.directory}); kept"
+    else:
+        text = (
+            f"seed(s) {listed} finished before in {finished.directory}; running them again "
+            "(--resume keeps them)"
+        )
+    console.print(text, soft_wrap=True, markup=False)
+
+
 def _load(
     config: Path | None,
     seed: int | None,
@@ -479,6 +530,7 @@ def _load(
     output: Path | None,
     broker: str | None,
     keys_dir: Path | None = None,
+    namespace: str | None = None,
 ):
     """The config file (or the built-in default) with the command-line overrides applied."""
     from fedxab.config import default_config, load_config
@@ -491,6 +543,8 @@ def _load(
         cfg = _federated_override(cfg, "--broker", "broker", "url", broker)
     if keys_dir is not None:
         cfg = _federated_override(cfg, "--keys-dir", "security", "keys_dir", str(keys_dir))
+    if namespace is not None:
+        cfg = _federated_override(cfg, "--namespace", "broker", "namespace", namespace)
     return cfg
 
 
@@ -622,6 +676,7 @@ def server(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     keys_dir: KeysDirOption = None,
+    namespace: NamespaceOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
@@ -632,7 +687,7 @@ def server(
 
     console = _console()
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir)
+        cfg = _load(config, seed, repeats, budget, output, broker, keys_dir, namespace)
         if cfg.broker is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         transport = _shared_broker(cfg, "server")
@@ -683,6 +738,7 @@ def client(
     repeats: RepeatsOption = None,
     budget: BudgetOption = None,
     keys_dir: KeysDirOption = None,
+    namespace: NamespaceOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
@@ -700,7 +756,7 @@ def client(
     from fedxab.agents.distributed import host_clients
 
     with _errors_as_exit_code():
-        cfg = _load(config, seed, repeats, budget, None, broker, keys_dir)
+        cfg = _load(config, seed, repeats, budget, None, broker, keys_dir, namespace)
         if cfg.broker is None or cfg.federation is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
         if objective is not None:

@@ -50,6 +50,7 @@ import copy
 import dataclasses
 import functools
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -564,7 +565,8 @@ class AgentsConfig(Section):
     telemetry_interval_s: float = 1.0
     """Seconds between a client's regret telemetry messages (all phases since the last one)."""
     telemetry_timeout_s: float = 60.0
-    """Seconds the server waits, after the last phase, for the clients' regret telemetry."""
+    """After the last phase, seconds the server waits without news (fresh telemetry, a client
+    leaving, a ledger record) before it gives up on the clients it has not heard from."""
     status_interval_s: float = 30.0
     """Seconds between the server's warnings naming the clients an open phase still waits for."""
 
@@ -586,6 +588,9 @@ class AgentsConfig(Section):
             )
 
 
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
 @dataclasses.dataclass(frozen=True)
 class BrokerConfig(Section):
     """``[broker]``: the transport. Deployment settings, not part of the experiment: results
@@ -601,7 +606,8 @@ class BrokerConfig(Section):
 
     url: str = "memory://"
     namespace: str = "fedxab"
-    """First part of every topic name: ``{namespace}.{run_id}.{kind}``."""
+    """First part of every topic name: ``{namespace}.{run_id}.{kind}``; a run started again
+    under another namespace is a new run on new topics (``--namespace``)."""
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -619,6 +625,12 @@ class BrokerConfig(Section):
 
     def _check(self) -> None:
         check_max_message_bytes(self.max_message_bytes)
+        if not _NAMESPACE.fullmatch(self.namespace):
+            raise ConfigError(
+                "broker.namespace",
+                f"must be 1 to 100 letters, digits, '.', '_' or '-' (a Kafka topic name part), "
+                f"got {self.namespace!r}",
+            )
         if not (math.isfinite(self.unreachable_s) and self.unreachable_s > 0):
             raise ConfigError(
                 "broker.unreachable_s", f"must be a number of seconds > 0, got {self.unreachable_s}"

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
+from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results, run_seeds
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
+from fedxab.errors import FedxabError
 from fedxab.results import RunRecord, RunResults
 from fedxab.run.assembly import Functions
 from fedxab.run.identity import run_id_for
@@ -40,6 +41,7 @@ from fedxab.run.observe import ProgressCallback
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.run.finished import FinishedRuns
 
 __all__ = [
     "client_agent",
@@ -50,6 +52,9 @@ __all__ = [
     "run_on_broker_config",
     "serve",
 ]
+
+CHECKPOINTS_DIRNAME = "checkpoints"
+"""``fedxab run`` on Kafka: the servers' checkpoints, in the output directory."""
 
 
 def client_slices(n_clients: int, hosts: int) -> list[list[int]]:
@@ -70,6 +75,7 @@ def _server_agent(
     checkpoint_dir: str | Path | None,
     progress: ProgressCallback | None,
     metrics: FederationMetrics | None = None,
+    resume: bool | None = None,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
     job = [run_id_for(config, s) for s in config.run.seeds]
@@ -83,6 +89,7 @@ def _server_agent(
         progress=progress,
         metrics=metrics,
         known_runs=job,
+        resume=resume,
     )
 
 
@@ -116,23 +123,45 @@ async def run_on_broker(
     *,
     hosts: int = 1,
     checkpoint_dir: str | Path | None = None,
+    resume: bool | None = None,
     progress: ProgressCallback | None = None,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
 ) -> RunRecord:
     """One seed: a server agent and ``hosts`` client agents on ``broker``, in this process
-    (``functions``: the clients' own objectives, in place of the config's)."""
+    (``functions``: the clients' own objectives, in place of the config's; ``resume``: see
+    :class:`~fedxab.agents.server.ServerAgent`). An error of one agent stops the others and is
+    raised as it is (the first :class:`~fedxab.errors.FedxabError` among them, if any)."""
     assert config.federation is not None
-    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics)
+    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics, resume)
     agents = [
         client_agent(config, seed, broker, ids, metrics, privacy_only=True, functions=functions)
         for ids in client_slices(config.federation.clients, hosts)
     ]
-    async with asyncio.TaskGroup() as group:
-        record = group.create_task(server.run())
-        for agent in agents:
-            group.create_task(agent.run())
+    try:
+        async with asyncio.TaskGroup() as group:
+            record = group.create_task(server.run())
+            for agent in agents:
+                group.create_task(agent.run())
+    except BaseExceptionGroup as failed:
+        explained = _first_explained(failed)
+        if explained is None:
+            raise
+        raise explained from None
     return record.result()
+
+
+def _first_explained(group: BaseExceptionGroup) -> FedxabError | None:
+    """The first error fedxab explains (a :class:`~fedxab.errors.FedxabError`) in ``group``,
+    nested groups included."""
+    for error in group.exceptions:
+        if isinstance(error, FedxabError):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            found = _first_explained(error)
+            if found is not None:
+                return found
+    return None
 
 
 def run_on_broker_config(
@@ -144,8 +173,18 @@ def run_on_broker_config(
     hosts: int = 1,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
+    finished: FinishedRuns | None = None,
 ) -> RunResults:
-    """Every seed of ``config``, all agents in this process, each seed on a fresh broker."""
+    """Every seed of ``config``, all agents in this process, each seed on a fresh broker
+    connection (``finished``: see :func:`~fedxab.agents.local.run_seeds`).
+
+    With ``finished`` on Kafka, whose topics outlive this process, the server checkpoints each
+    phase next to the finished runs (``DIR/checkpoints``): with ``finished.resume`` an
+    interrupted seed continues from its checkpoint; without it, a seed whose topics already
+    hold broadcasts is refused (:class:`~fedxab.agents.server.RunConflictError`)."""
+    on_kafka = config.broker is not None and config.broker.url.startswith("kafka://")
+    keeps_checkpoints = finished is not None and on_kafka
+    checkpoint_dir = finished.directory.parent / CHECKPOINTS_DIRNAME if keeps_checkpoints else None
 
     async def one(seed: int) -> RunRecord:
         async with broker_factory() as broker:
@@ -154,13 +193,16 @@ def run_on_broker_config(
                 seed,
                 broker,
                 hosts=hosts,
+                checkpoint_dir=checkpoint_dir,
+                resume=finished.resume if keeps_checkpoints else None,
                 progress=progress,
                 metrics=metrics,
                 functions=functions,
             )
 
-    runs = [asyncio.run(one(seed)) for seed in announce_seeds(config, on_run_start)]
-    return collect_results(config, runs)
+    return run_seeds(
+        config, lambda seed: asyncio.run(one(seed)), on_run_start=on_run_start, finished=finished
+    )
 
 
 async def serve(

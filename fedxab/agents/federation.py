@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results
+from fedxab.agents.local import RunStartCallback, run_seeds
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
 from fedxab.results import RunRecord, RunResults
@@ -72,6 +72,7 @@ from fedxab.run.outcome import mean_best
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.run.finished import FinishedRuns
 
 __all__ = ["Federation", "run_federated", "run_federated_config"]
 
@@ -316,14 +317,17 @@ def run_federated_config(
     on_run_start: RunStartCallback | None = None,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
+    finished: FinishedRuns | None = None,
 ) -> RunResults:
-    """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results.
+    """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results
+    (``finished``: see :func:`~fedxab.agents.local.run_seeds`).
 
     The ``objective`` block describes the configured (base) objective; with
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
     """
-    runs = [
-        run_federated(config, seed, progress, metrics=metrics, functions=functions)
-        for seed in announce_seeds(config, on_run_start)
-    ]
-    return collect_results(config, runs)
+    return run_seeds(
+        config,
+        lambda seed: run_federated(config, seed, progress, metrics=metrics, functions=functions),
+        on_run_start=on_run_start,
+        finished=finished,
+    )

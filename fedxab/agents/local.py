@@ -29,6 +29,7 @@ from fedxab.config import Config
 from fedxab.objectives.registry import make_objective
 from fedxab.results import RunRecord, RunResults, summarize_communication, summarize_privacy
 from fedxab.run.assembly import client_family, make_noise_model
+from fedxab.run.finished import FinishedRuns
 from fedxab.run.identity import run_id_for
 from fedxab.run.observe import PROGRESS_UPDATES, ProgressCallback, RunObserver, observer_of
 from fedxab.run.outcome import ObservedBest
@@ -38,6 +39,7 @@ __all__ = [
     "RunStartCallback",
     "objective_info",
     "run_config",
+    "run_seeds",
     "run_single",
 ]
 
@@ -180,12 +182,41 @@ def run_config(
     *,
     on_run_start: RunStartCallback | None = None,
     metrics: RunObserver | None = None,
+    finished: FinishedRuns | None = None,
 ) -> RunResults:
-    """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results."""
-    runs = [
-        run_single(config, seed, progress, metrics=metrics)
-        for seed in announce_seeds(config, on_run_start)
-    ]
+    """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results
+    (``finished``: see :func:`run_seeds`)."""
+    return run_seeds(
+        config,
+        lambda seed: run_single(config, seed, progress, metrics=metrics),
+        on_run_start=on_run_start,
+        finished=finished,
+    )
+
+
+def run_seeds(
+    config: Config,
+    run_one: Callable[[int], RunRecord],
+    *,
+    on_run_start: RunStartCallback | None = None,
+    finished: FinishedRuns | None = None,
+) -> RunResults:
+    """The results of ``run_one(seed)`` for each seed of ``config.run``, in order, calling
+    ``on_run_start(k, n, seed)`` before run k. With ``finished``, each run is written to disk as
+    it finishes, and the runs it already kept (``--resume``) are taken instead of run again."""
+    kept = {} if finished is None else finished.kept()
+    seeds = config.run.seeds
+    runs = []
+    for k, seed in enumerate(seeds):
+        if seed in kept:
+            runs.append(kept[seed])
+            continue
+        if on_run_start is not None:
+            on_run_start(k, len(seeds), seed)
+        record = run_one(seed)
+        if finished is not None:
+            finished.keep(record)
+        runs.append(record)
     return collect_results(config, runs)
 
 

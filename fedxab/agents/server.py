@@ -90,6 +90,14 @@ def _some(ids: list[int], shown: int = 20) -> str:
 class RunConflictError(FedxabError, RuntimeError):
     """The run's topics already hold another start of the same run."""
 
+    def __init__(self, run_id: str, published: int, topic: str) -> None:
+        self.run_id, self.published, self.topic = run_id, published, topic
+        super().__init__(
+            f"run {run_id} already ran on this broker ({published} broadcast(s) on {topic}): "
+            "start a new run under another [broker] namespace (--namespace NAME), or resume "
+            "this one from its checkpoint"
+        )
+
 
 class ServerAgent:
     """One run's server over a broker; ``await agent.run()`` returns the run's record."""
@@ -106,6 +114,7 @@ class ServerAgent:
         progress: ProgressCallback | None = None,
         metrics: FederationMetrics | None = None,
         known_runs: Collection[str] = (),
+        resume: bool | None = None,
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
@@ -140,6 +149,9 @@ class ServerAgent:
         ledger = self.run_ledger
         self._epsilon_watch = None if ledger is None else EpsilonWatch(ledger, clients)
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
+        self.may_resume = checkpoint is not None if resume is None else resume
+        """Whether this server may continue a run that already has broadcasts on the broker
+        (by default: when it has a checkpoint to continue from); else it refuses to start."""
         self.counts: Counter[str] = Counter()
         self.rejected: Counter[tuple[str, str]] = Counter()
         """Refused messages by (topic, reason)."""
@@ -150,6 +162,7 @@ class ServerAgent:
         self.last_seen: dict[int, float] = {}
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.live_local_regret = 0.0  # the same of the local terms (metrics only)
+        self.fresh_telemetry = 0  # telemetry messages that added pulls (progress at the end)
         self.bad_signatures: Counter[int] = Counter()
         """Messages that claimed to come from a client but failed its key, by client."""
         self._last_report: Record | None = None
@@ -310,6 +323,7 @@ class ServerAgent:
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
         """Fresh telemetry: the live regret sums (display and metrics)."""
+        self.fresh_telemetry += 1
         if telemetry.global_terms is not None:
             self.live_regret += float(telemetry.global_terms.sum())
         if telemetry.local_terms is not None:
@@ -378,7 +392,8 @@ class ServerAgent:
         A signing run takes its session from the checkpoint, or draws a new one. The closed
         phases' broadcasts are kept in :attr:`_history` (:meth:`_republish_history`)."""
         self._history = [self.run_session.start()]
-        closed_phases = self.checkpoint.load()
+        # a server that may not resume starts afresh, and overwrites a stale checkpoint
+        closed_phases = self.checkpoint.load() if self.may_resume else []
         if self.signer is not None:
             self.session = self.checkpoint.session or secrets.token_hex(16)
             self.checkpoint.session = self.session
@@ -564,14 +579,21 @@ class ServerAgent:
     async def _wait_for_telemetry(self) -> None:
         """Until every client's telemetry covers its budget and every client has left (a client
         leaves once it saw the final answer, after its last telemetry and ledger records), or
-        ``telemetry_timeout_s``. Meanwhile the final answer is broadcast again every
-        ``rebroadcast_s``: a client that lost it would otherwise wait for it forever."""
-        stop = time.monotonic() + self.settings.telemetry_timeout_s
+        until ``telemetry_timeout_s`` pass without fresh telemetry or a new leave: an idle
+        limit, so that the final records of 100,000 clients, which take the broker longer
+        than that to deliver, are all counted. Meanwhile the final answer is broadcast again
+        every ``rebroadcast_s`` without news: a client that lost it would otherwise wait for
+        it forever."""
+        idle_s = self.settings.telemetry_timeout_s
         expected = self.run_session.expected_use()
+
+        def progress() -> tuple[int, int]:
+            return self.fresh_telemetry, len(self.left)
 
         def done() -> bool:
             return self.sums.complete(expected) and len(self.left) == self.n_clients
 
+        seen, stop = progress(), time.monotonic() + idle_s
         while not done() and time.monotonic() < stop:
             self._wakeup.clear()
             wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
@@ -581,6 +603,8 @@ class ServerAgent:
                 if time.monotonic() < stop:
                     self._count("broadcast_repeated")
                     await self._publish(self.finished)
+            if progress() != seen:
+                seen, stop = progress(), time.monotonic() + idle_s
         gone = sorted(set(range(self.n_clients)) - self.left)
         if gone:
             log.warning(
@@ -603,9 +627,9 @@ class ServerAgent:
 
     async def _check_fresh_or_resuming(self) -> None:
         """Refuse to start a run whose broadcast topic already holds broadcasts, unless this
-        server resumes it (a checkpoint path is set): a second run under the same run id would
-        mix with the first one's messages."""
-        if self.checkpoint.path is not None:
+        server may resume it (:attr:`may_resume`): a second run under the same run id would mix
+        with the first one's messages."""
+        if self.may_resume:
             return
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         try:
@@ -613,11 +637,7 @@ class ServerAgent:
         finally:
             await sub.close()
         if published:
-            raise RunConflictError(
-                f"run {self.run_id} already has {published} broadcast(s) on the broker: it ran "
-                "before. To run it again, choose another [broker] namespace (or delete the "
-                "run's topics); to resume it, start the server with its checkpoint directory"
-            )
+            raise RunConflictError(self.run_id, published, self.topics["broadcast"])
 
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""

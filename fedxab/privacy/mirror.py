@@ -200,7 +200,8 @@ async def rebuild_ledger(
     """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
 
     Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
-    (client ids), reads until each of them has its end marker, or ``timeout_s`` seconds. Invalid
+    (client ids), reads until each of them has its end marker, or until no record came for
+    ``timeout_s`` seconds. Invalid
     records are skipped, counted and logged. A record that contradicts one already in the
     ledger is skipped and counted too (reason ``conflict``, logged as an error naming the
     client): history is never rewritten, and one client cannot stop the others' accounting.
@@ -236,23 +237,22 @@ async def rebuild_ledger(
             apply(record)
         return result
 
-    async def until_every_end() -> None:
-        async with broker.subscribe(topic, None) as sub:
-            async for record in sub:
-                apply(record)
-                if expect <= result.ended:
-                    return
-
-    if expect:
-        try:
-            await asyncio.wait_for(until_every_end(), timeout_s)
-        except TimeoutError:
-            log.warning(
-                "ledger topic %s: no end marker from client(s) %s after %.0f s",
-                topic,
-                sorted(expect - result.ended)[:5],
-                timeout_s,
-            )
+    if not expect:
+        return result
+    async with broker.subscribe(topic, None) as sub:
+        records = aiter(sub)
+        while not expect <= result.ended:
+            try:  # an idle limit: a long ledger still arriving is read to its end
+                record = await asyncio.wait_for(anext(records), timeout_s)
+            except (TimeoutError, StopAsyncIteration):
+                log.warning(
+                    "ledger topic %s: no end marker from client(s) %s (no record for %.0f s)",
+                    topic,
+                    sorted(expect - result.ended)[:5],
+                    timeout_s,
+                )
+                break
+            apply(record)
     return result
 
 

@@ -121,9 +121,7 @@ def _record_run(keys_dir: str | None) -> Recorded:
         hello = signer.seal(hello, 0, "")
     topic = lobby_topic("fedxab")
     hello_record = Record(topic, 0, 0, "0", hello)
-    refusal = _refusal_of(
-        hello_record, protocol_of(config, SEED), {run_id}, signer, set(), LIMIT
-    )
+    refusal = _refusal_of(hello_record, protocol_of(config, SEED), {run_id}, signer, set(), LIMIT)
     assert refusal is not None
     broker.published["hello"] = [hello_record]
     broker.published["refuse"] = [Record(topic, 0, 1, "0", refusal)]
