@@ -44,12 +44,19 @@ from fedxab.algorithms.fedpne import FedPNEClient, FedPNEServer
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pne import PNEConstants
 from fedxab.errors import ConfigError
-from fedxab.privacy.mechanisms import GaussianMechanism, PrivacyEvent
+from fedxab.privacy.mechanisms import CalibrationFields, GaussianMechanism, PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded, ReleaseGate
 from fedxab.seeding import stream
 from fedxab.validation import check_choice
 
 COMPOSITIONS = ("parallel", "sequential")
+ALGORITHM_FIELDS = CalibrationFields(
+    "algorithm.epsilon",
+    "algorithm.privacy_delta",
+    "algorithm.reward_range",
+    "algorithm.calibration",
+)
+"""DP-Fed-PNE's release settings are algorithm parameters (part of the run protocol)."""
 
 
 class DPFedPNEServer(FedPNEServer):
@@ -75,7 +82,9 @@ class DPFedPNEServer(FedPNEServer):
         depth_counting: str = "true",
         seed: int = 0,
     ) -> None:
-        self.mechanism = GaussianMechanism.calibrated(epsilon, privacy_delta, 1.0, calibration)
+        self.mechanism = GaussianMechanism.calibrated(
+            epsilon, privacy_delta, 1.0, calibration, ALGORITHM_FIELDS
+        )
         base_c = PNEConstants.resolve(n_clients=n_clients, horizon=budget, preset=preset, c=c).c
         super().__init__(
             domain,
@@ -118,7 +127,9 @@ class DPFedPNEClient(FedPNEClient):
         )
         self.reward_range = _check_range(reward_range)
         width = self.reward_range[1] - self.reward_range[0]
-        self.mechanism = GaussianMechanism.calibrated(epsilon, privacy_delta, width, calibration)
+        self.mechanism = GaussianMechanism.calibrated(
+            epsilon, privacy_delta, width, calibration, ALGORITHM_FIELDS
+        )
         self.composition = check_choice("algorithm.composition", composition, COMPOSITIONS)
         self.seed = seed
         self.events: list[tuple[int, PrivacyEvent]] = []  # (phase, event) released

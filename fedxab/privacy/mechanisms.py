@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.special import ndtr
@@ -91,20 +91,38 @@ def _analytic_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
     return float(ndtr(a - b) - math.exp(epsilon) * ndtr(-a - b))
 
 
+class CalibrationFields(NamedTuple):
+    """The config fields a calibration's inputs come from, named in its errors."""
+
+    epsilon: str = "privacy.epsilon"
+    delta: str = "privacy.delta"
+    sensitivity: str = "privacy.sensitivity"
+    calibration: str = "privacy.calibration"
+
+
+PRIVACY_FIELDS = CalibrationFields()
+"""Release settings of the ``[privacy]`` section."""
+
+
 def gaussian_sigma(
-    epsilon: float, delta: float, sensitivity: float = 1.0, calibration: str = "classic"
+    epsilon: float,
+    delta: float,
+    sensitivity: float = 1.0,
+    calibration: str = "classic",
+    fields: CalibrationFields = PRIVACY_FIELDS,
 ) -> float:
-    """The noise standard deviation for one (epsilon, delta)-DP release (module docstring)."""
-    check_choice("privacy.calibration", calibration, CALIBRATIONS)
-    epsilon = check_positive("privacy.epsilon", epsilon)
-    delta = check_positive("privacy.delta", delta, upper=1.0)
-    sensitivity = check_positive("privacy.sensitivity", sensitivity)
+    """The noise standard deviation for one (epsilon, delta)-DP release (module docstring);
+    an invalid input raises :class:`~fedxab.errors.ConfigError` naming its ``fields`` entry."""
+    check_choice(fields.calibration, calibration, CALIBRATIONS)
+    epsilon = check_positive(fields.epsilon, epsilon)
+    delta = check_positive(fields.delta, delta, upper=1.0)
+    sensitivity = check_positive(fields.sensitivity, sensitivity)
     if calibration == "classic":
         if epsilon >= 1.0:
             raise ConfigError(
-                "privacy.epsilon",
+                fields.epsilon,
                 f"the classic Gaussian calibration needs 0 < epsilon < 1, got {epsilon}; "
-                "use calibration = 'analytic' (Balle & Wang 2018) for epsilon >= 1",
+                f"set {fields.calibration} = 'analytic' (Balle & Wang 2018) for epsilon >= 1",
             )
         return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
     lo, hi = 1e-6 * sensitivity, sensitivity
@@ -128,9 +146,15 @@ class GaussianMechanism:
 
     @classmethod
     def calibrated(
-        cls, epsilon: float, delta: float, sensitivity: float = 1.0, calibration: str = "classic"
+        cls,
+        epsilon: float,
+        delta: float,
+        sensitivity: float = 1.0,
+        calibration: str = "classic",
+        fields: CalibrationFields = PRIVACY_FIELDS,
     ) -> GaussianMechanism:
-        return cls(gaussian_sigma(epsilon, delta, sensitivity, calibration), sensitivity)
+        sigma = gaussian_sigma(epsilon, delta, sensitivity, calibration, fields)
+        return cls(sigma, sensitivity)
 
     @property
     def noise_multiplier(self) -> float:

@@ -298,6 +298,10 @@ def test_sections_come_from_config_fields():
          "algorithm.rho"),
         ({"algorithm": {"name": "fedpne"}, "federation": {"clients": 2**31}}, "federation.clients"),
         ({"run": {"budget": 2**62}, "algorithm": {"name": "hct"}}, "run.budget"),
+        ({"algorithm": {"name": "dpfedpne", "epsilon": 1.0, "privacy_delta": 1e-5},
+          "federation": {"clients": 2}}, "algorithm.epsilon"),
+        ({"algorithm": {"name": "dpfedpne", "epsilon": 0.5, "privacy_delta": 2.0},
+          "federation": {"clients": 2}}, "algorithm.privacy_delta"),
     ],
 )  # fmt: skip
 def test_settings_that_used_to_crash_at_run_time_are_config_errors(data, field):
