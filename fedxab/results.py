@@ -111,10 +111,12 @@ def _float_or_none(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _list_or_none(arr: np.ndarray | None) -> list[float] | None:
+def _list_or_none(arr: np.ndarray | None) -> list[float | None] | None:
+    """A curve as JSON numbers; a value that is not finite (a round no client's telemetry
+    reached: no mean exists) as null, read back as NaN."""
     if arr is None:
         return None
-    return [float(v) for v in np.asarray(arr, dtype=np.float64)]
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(arr, dtype=np.float64)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -360,7 +362,8 @@ def _check_privacy(value: Any, where: str) -> Mapping[str, Any] | None:
 
 
 def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
-    if not values or any(v is None for v in values):
+    """Mean and std over runs; null if a run has no value (unknown optimum, or no telemetry)."""
+    if not values or any(v is None or not math.isfinite(v) for v in values):
         return {"mean": None, "std": None}
     arr = np.asarray(values, dtype=np.float64)
     return {"mean": float(arr.mean()), "std": float(arr.std())}

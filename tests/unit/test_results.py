@@ -221,3 +221,19 @@ def test_an_incomplete_run_says_so_in_its_file_and_in_the_summary_table(tmp_path
     text = console.export_text()
     assert "incomplete regret: seed 1 counts 50 of 60 pulls" in text
     assert "client(s) 4" in text
+
+
+def test_rounds_no_client_reported_are_null_in_the_file_and_nan_when_read(tmp_path):
+    """Found at 20,000 clients with no telemetry in: the mean over no client is NaN, which
+    made writing results.json fail (JSON has no NaN)."""
+    coverage = {"pulls_expected": 30, "pulls_received": 0, "clients": [0, 1, 2]}
+    empty = dataclasses.replace(
+        _record(0, 10.0, 0.1),
+        cumulative_regret=np.array([np.nan, np.nan, np.nan]),
+        regret_coverage=coverage,
+    )
+    path = write_results(_results(empty), tmp_path)
+    assert json.loads(path.read_text())["runs"][0]["cumulative_regret"] == [None, None, None]
+    loaded = load_results(path).runs[0]
+    assert np.isnan(loaded.cumulative_regret).all()
+    assert loaded.final_cumulative_regret is None or math.isnan(loaded.final_cumulative_regret)
