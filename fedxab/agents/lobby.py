@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fedxab.broker.base import Broker, Record
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ProtocolError
-from fedxab.run.identity import ProtocolMismatchError, protocol_differences
+from fedxab.run.identity import ProtocolMismatchError, protocol_differences, run_id_of
 from fedxab.security.agents import open_record
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ async def announce_and_watch(
 
     sender = asyncio.create_task(say_hello())
     sub = broker.subscribe(topic, None)
-    reader = asyncio.ensure_future(_refusal(sub, nonce, signer, broker.max_message_bytes))
+    reader = asyncio.ensure_future(_refusal(sub, run_id, nonce, signer, broker.max_message_bytes))
     waiter = asyncio.ensure_future(matched.wait())
     try:
         await asyncio.wait({reader, waiter, sender}, return_when=asyncio.FIRST_COMPLETED)
@@ -120,23 +120,26 @@ async def announce_and_watch(
         await sub.close()
 
 
-async def _refusal(sub: Any, nonce: str, signer: Signer | None, max_bytes: int) -> list[str]:
-    """The differences named by the server's refusal of hello ``nonce``."""
+async def _refusal(
+    sub: Any, run_id: str, nonce: str, signer: Signer | None, max_bytes: int
+) -> list[str]:
+    """The differences named by the server's refusal of run ``run_id``'s hello ``nonce``."""
     async for record in sub:
-        differences = _differences_in(record, nonce, signer, max_bytes)
+        differences = _differences_in(record, run_id, nonce, signer, max_bytes)
         if differences is not None:
             return differences
     raise ProtocolError("the lobby subscription ended")
 
 
 def _differences_in(
-    record: Record, nonce: str, signer: Signer | None, max_bytes: int
+    record: Record, run_id: str, nonce: str, signer: Signer | None, max_bytes: int
 ) -> list[str] | None:
-    """The differences named by the server's refusal of hello ``nonce`` in ``record``; None for
-    any other record (other parties' lobby traffic, or not a valid refusal)."""
+    """The differences named by the server's refusal of run ``run_id``'s hello ``nonce`` in
+    ``record``; None for any other record (other parties' lobby traffic, a refusal for another
+    run, or not a valid refusal)."""
     try:
         env = open_record(record.value, signer, max_bytes).envelope
-        if env.kind != "refuse" or env.sender != SERVER:
+        if env.kind != "refuse" or env.sender != SERVER or env.run_id != run_id:
             return None
         body = env.body()
     except ProtocolError:
@@ -201,6 +204,8 @@ def _refusal_of(
             and env.client_id == clients[0]
         ):
             raise ProtocolError("a hello holds a protocol map, client ids and a nonce")
+        if run_id_of(theirs) != env.run_id:  # a refusal would reach that run's clients
+            raise ProtocolError(f"run id {env.run_id!r} is not the one of the hello's protocol")
         differences = protocol_differences(protocol, theirs) or [
             f"run id: expected one of {sorted(known_runs)}, got {env.run_id!r}"
         ]

@@ -313,11 +313,16 @@ class ServerAgent:
                 outcome = ClientOutcome.from_dict(env.body())
                 if outcome.client != m:
                     raise ProtocolError(f"outcome of client {outcome.client} sent by client {m}")
-                outcome.check(self.budget, self.config.domain.shape[0])
+                outcome.check(self.budget, self.config.domain)
             except Exception as exc:  # any defect of an untrusted body: reject it, keep running
                 self._reject("invalid", "bad_payload", f"outcome of client {m}: {exc}", "control")
                 return
-            self.run_session.add_outcome(outcome)
+            if not self.run_session.add_outcome(outcome) and (
+                outcome.to_dict() != self.run_session.outcomes[m].to_dict()
+            ):
+                text = f"client {m} sent a second, different outcome; the first one is kept"
+                self._reject("invalid", "conflict", text, "control")
+                return
         self.last_seen[m] = time.time()  # only a valid message says the client is alive
         self._count(f"control_{env.kind}")
 

@@ -125,7 +125,7 @@ REJECT_REASONS = (
     "late",  # an earlier phase
     "future_phase",
     "bad_payload",  # a body the algorithm refuses
-    "conflict",  # a ledger record contradicting one already recorded
+    "conflict",  # a ledger record or client outcome contradicting the one already recorded
     "too_large",  # above [broker] max_message_bytes: refused before decoding
 )
 """Why a message is refused: the ``reason`` label of ``fedxab_messages_rejected_total``."""

@@ -34,6 +34,7 @@ __all__ = [
     "protocol_differences",
     "protocol_of",
     "run_id_for",
+    "run_id_of",
 ]
 
 PROTOCOL_VERSION = 1
@@ -67,9 +68,16 @@ def protocol_of(config: Config, seed: int) -> dict[str, Any]:
 
 def run_id_for(config: Config, seed: int) -> str:
     """``{algorithm}-{hash of the protocol}-s{seed}``: the same for every party of a run."""
-    canonical = json.dumps(protocol_of(config, seed), sort_keys=True, separators=(",", ":"))
+    return run_id_of(protocol_of(config, seed))
+
+
+def run_id_of(protocol: Mapping[str, Any]) -> str:
+    """The run id of a protocol (:func:`protocol_of`'s plain data): what a party that names its
+    protocol must name as its run id (:mod:`fedxab.agents.lobby` ignores hellos where the two
+    disagree). Malformed data raises (TypeError, KeyError, ...)."""
+    canonical = json.dumps(protocol, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-    return f"{config.algorithm.name}-{digest}-s{seed}"
+    return f"{protocol['algorithm']['name']}-{digest}-s{protocol['seed']}"
 
 
 def protocol_differences(

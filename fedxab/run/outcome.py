@@ -32,11 +32,15 @@ def mean_best(bests: Iterable[float | None]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
+def _is_number(value: Any) -> bool:
+    """A real number as plain data: an int or a float, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _floats(value: Any, name: str) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim != 1:
+    if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
         raise ValueError(f"{name!r} must be a list of numbers")
-    return arr
+    return np.asarray(value, dtype=np.float64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,9 +75,10 @@ class ClientOutcome:
             ),
         }
 
-    def check(self, budget: int, dim: int) -> None:
-        """ValueError unless this outcome fits a run of ``budget`` evaluations per client on a
-        ``dim``-dimensional domain (what a server checks of a client's outcome)."""
+    def check(self, budget: int, domain: np.ndarray) -> None:
+        """ValueError unless this outcome fits a run of ``budget`` evaluations per client on
+        ``domain`` (``(d, 2)`` bounds): what a server checks of a client's outcome."""
+        dim = domain.shape[0]
         if self.evaluations > budget:
             raise ValueError(f"{self.evaluations} evaluations, more than the budget {budget}")
         if not np.array_equal(self.rounds, round_grid(budget, OUTCOME_POINTS)):
@@ -84,6 +89,10 @@ class ClientOutcome:
             point = getattr(self, name)
             if point is not None and (point.shape != (dim,) or not np.isfinite(point).all()):
                 raise ValueError(f"{name!r} must be {dim} finite numbers")
+            if point is not None and not (
+                (point >= domain[:, 0]).all() and (point <= domain[:, 1]).all()
+            ):
+                raise ValueError(f"{name!r} lies outside the domain")
 
     @classmethod
     def from_dict(cls, data: Any) -> ClientOutcome:
@@ -95,10 +104,17 @@ class ClientOutcome:
         for name, value in (("client", client), ("evaluations", evaluations)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name!r} must be an integer >= 0, got {value!r}")
-        rounds = np.asarray(data["rounds"], dtype=np.int64)
-        curve = np.asarray(
-            [np.nan if v is None else v for v in data["best_so_far"]], dtype=np.float64
-        )
+        rounds, values = data["rounds"], data["best_so_far"]
+        if not isinstance(rounds, list | tuple) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in rounds
+        ):
+            raise ValueError("'rounds' must be a list of round numbers")
+        if not isinstance(values, list | tuple) or not all(
+            v is None or (_is_number(v) and math.isfinite(v)) for v in values
+        ):
+            raise ValueError("'best_so_far' must be a list of finite numbers or nulls")
+        rounds = np.asarray(rounds, dtype=np.int64)
+        curve = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         if rounds.ndim != 1 or curve.shape != rounds.shape:
             raise ValueError("'best_so_far' must hold one value per round of 'rounds'")
         best = data["best_value"]

@@ -200,9 +200,13 @@ class ServerSession:
         """Buffer one piece of regret telemetry; False if it was already there."""
         return self.sums.add(telemetry)
 
-    def add_outcome(self, outcome: ClientOutcome) -> None:
-        """What a client observed of its own objective (idempotent)."""
+    def add_outcome(self, outcome: ClientOutcome) -> bool:
+        """What a client observed of its own objective; False (nothing kept) if the client's
+        outcome is already in: the first one stays, as a ledger's first record does."""
+        if outcome.client in self.outcomes:
+            return False
         self.outcomes[outcome.client] = outcome
+        return True
 
     def counted(self, phase: PhaseCommunication) -> PhaseCommunication:
         """``phase`` with the evaluations its clients made (from the telemetry so far)."""

@@ -84,4 +84,4 @@ def test_the_ledger_mirror_and_the_lobby_refuse_a_record_by_its_size():
         assert book.runs() == []
     protocol = protocol_of(CONFIG, 0)
     assert _refusal_of(_probe(LIMIT + 1), protocol, {RUN_ID}, None, set(), LIMIT) is None
-    assert _differences_in(_probe(LIMIT + 1), "nonce", None, LIMIT) is None
+    assert _differences_in(_probe(LIMIT + 1), "run", "nonce", None, LIMIT) is None

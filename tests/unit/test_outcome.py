@@ -52,3 +52,52 @@ def test_an_outcome_survives_its_plain_form_and_bad_fields_are_named():
         ClientOutcome.from_dict(bad)
     with pytest.raises(ValueError, match="one value per round"):
         ClientOutcome.from_dict({**out.to_dict(), "best_so_far": [1.0]})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("best_so_far", [True] * 10, "'best_so_far' must be a list of finite numbers"),
+        ("best_so_far", [float("inf")] * 10, "'best_so_far' must be a list of finite numbers"),
+        ("best_point", [True], "'best_point' must be a list of numbers"),
+        ("rounds", [1.0 * r for r in range(1, 11)], "'rounds' must be a list of round numbers"),
+    ],
+)
+def test_type_confused_outcome_fields_are_refused(field, value, message):
+    """Found by the live fuzz suite: a bool or float passed where a number or a round number
+    belongs was converted silently."""
+    tracker = ObservedBest(0, 10)
+    tracker.add(np.array([[0.5]]), np.array([1.0]))
+    with pytest.raises(ValueError, match=message):
+        ClientOutcome.from_dict({**tracker.outcome().to_dict(), field: value})
+
+
+def test_a_server_checks_the_best_point_lies_in_the_domain():
+    tracker = ObservedBest(0, 10)
+    tracker.add(np.array([[0.5]]), np.array([1.0]))
+    outcome = tracker.outcome()
+    outcome.check(10, np.array([[0.0, 1.0]]))
+    with pytest.raises(ValueError, match="'best_point' lies outside the domain"):
+        outcome.check(10, np.array([[0.6, 1.0]]))
+
+
+def test_a_clients_first_outcome_stays():
+    """Found by the live fuzz suite: a second outcome of a client replaced its first."""
+    from fedxab.config import config_from_dict
+    from fedxab.run.assembly import build_run
+
+    config = config_from_dict(
+        {
+            "run": {"budget": 10},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": "fedpne"},
+            "federation": {"clients": 2},
+        }
+    )
+    session = build_run(config, 0, run_id="r", server=True).server
+    first, second = ObservedBest(1, 10), ObservedBest(1, 10)
+    first.add(np.array([[0.5]]), np.array([1.0]))
+    second.add(np.array([[0.25]]), np.array([9.0]))
+    assert session.add_outcome(first.outcome()) is True
+    assert session.add_outcome(second.outcome()) is False
+    assert session.outcomes[1].best_value == 1.0
