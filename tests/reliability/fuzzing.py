@@ -8,6 +8,7 @@ import copy
 from dataclasses import dataclass, field
 
 from fedxab.agents import lobby
+from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_agent, run_id_for
 from fedxab.agents.lobby import _refusal_of
 from fedxab.agents.server import ServerAgent
@@ -15,6 +16,7 @@ from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Record, lobby_topic
 from fedxab.broker.codec import SERVER, client_sender, unpack_frame
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
+from fedxab.results import RunRecord
 from fedxab.run.identity import protocol_of
 from fedxab.security.agents import Signer
 from fedxab.security.keys import load_key
@@ -67,20 +69,25 @@ class Recorded:
     session: str = ""
 
 
+async def run_agents(
+    config, broker: MemoryBroker, timeout_s: float | None = None
+) -> tuple[RunRecord, ServerAgent, ClientAgent]:
+    """One run of ``config`` on ``broker`` (within ``timeout_s``): a server agent and one
+    client agent hosting every client; the server's record and the two agents."""
+    server = ServerAgent(config, SEED, broker, run_id=run_id_for(config, SEED))
+    agent = client_agent(config, SEED, broker, list(range(CLIENTS)), None)
+    async with asyncio.timeout(timeout_s), broker, asyncio.TaskGroup() as group:
+        record = group.create_task(server.run())
+        group.create_task(agent.run())
+    return record.result(), server, agent
+
+
 def record_run(keys_dir: str | None) -> Recorded:
     config = fuzz_config(keys_dir)
     broker = RecordingBroker()
     run_id = run_id_for(config, SEED)
-
-    async def main():
-        server = ServerAgent(config, SEED, broker, run_id=run_id)
-        agent = client_agent(config, SEED, broker, list(range(CLIENTS)), None)
-        async with broker, asyncio.TaskGroup() as group:
-            group.create_task(server.run())
-            group.create_task(agent.run())
-        return server.session
-
-    session = asyncio.run(main())
+    _, server, _ = asyncio.run(run_agents(config, broker))
+    session = server.session
     keys = {}
     if keys_dir is not None:
         keys = {m: load_key(f"{keys_dir}/client-{m}.key") for m in range(CLIENTS)}

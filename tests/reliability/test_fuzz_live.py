@@ -35,10 +35,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzing import CLIENTS, SEED, Recorded, fuzz_config, mutate, open_frame, paths_in, reseal
+from fuzzing import (
+    CLIENTS,
+    SEED,
+    Recorded,
+    fuzz_config,
+    mutate,
+    open_frame,
+    paths_in,
+    reseal,
+    run_agents,
+)
 
 from fedxab.agents import lobby
-from fedxab.agents.distributed import client_agent, run_id_for
+from fedxab.agents.distributed import run_id_for
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import lobby_topic
 from fedxab.broker.codec import client_sender, packb, unpackb
@@ -167,12 +177,8 @@ class FuzzingBroker(MemoryBroker):
 
 async def _run(config: Any, broker: MemoryBroker) -> tuple[dict, ServerAgent, Any]:
     """One run of ``config`` on ``broker``: the server's record (wall time aside), the agents."""
-    server = ServerAgent(config, SEED, broker, run_id=run_id_for(config, SEED))
-    agent = client_agent(config, SEED, broker, list(range(CLIENTS)), None)
-    async with asyncio.timeout(TIMEOUT_S), broker, asyncio.TaskGroup() as group:
-        record = group.create_task(server.run())
-        group.create_task(agent.run())
-    result = record.result().to_dict()
+    record, server, agent = await run_agents(config, broker, TIMEOUT_S)
+    result = record.to_dict()
     result.pop("wall_time_s")
     return result, server, agent
 
