@@ -502,7 +502,27 @@ def run(
                 ):
                     if table is not None:
                         console.print(table)
-            console.print(f"results: {path}", soft_wrap=True, markup=False)
+            console.print(f"{_run_ids(cfg)}; results: {path}", soft_wrap=True, markup=False)
+            _print_ledger(console, results)
+
+
+def _print_ledger(console: Console, results) -> None:
+    """Where the releases were charged (the ledger every later run of these data owners
+    charges too), and the command that audits it."""
+    blocks = [r.privacy for r in results.runs if r.privacy is not None]
+    if not blocks:
+        return
+    where = blocks[0].get("ledger")
+    if where is None:
+        console.print(
+            "privacy ledger: in memory (set [privacy] ledger to keep it)",
+            soft_wrap=True,
+            markup=False,
+        )
+        return
+    console.print(
+        f"privacy ledger: {where} (audit: fedxab audit {where})", soft_wrap=True, markup=False
+    )
 
 
 def _print_finished_seeds(console: Console, finished, quiet: bool) -> None:
@@ -721,7 +741,8 @@ def server(
                 for table in (_clients_table(results), _communication_table(results)):
                     if table is not None:
                         console.print(table)
-            console.print(f"results: {path}", soft_wrap=True, markup=False)
+            console.print(f"{_run_ids(cfg)}; results: {path}", soft_wrap=True, markup=False)
+            _print_ledger(console, results)
 
 
 @app.command()

@@ -589,6 +589,7 @@ class AgentsConfig(Section):
 
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_DATA_SET = _NAMESPACE  # the same rule: a name that is safe in a ledger key and a file name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -705,7 +706,18 @@ class PrivacyConfig(Section):
     budget_epsilon: float | None = None
     """Each client's epsilon budget; None: releases are recorded but never refused."""
     ledger: str | None = None
-    """SQLite file of the ledger (created if missing); None: an in-memory ledger for this run."""
+    """SQLite file of the ledger (created if missing) on the machine of the party that records
+    the releases (each client agent; the server under central DP). None: an in-memory ledger for
+    this run, or, with ``lifetime_epsilon``, the default lifetime ledger
+    (:func:`~fedxab.privacy.run_ledger.default_ledger_path`)."""
+    lifetime_epsilon: float | None = None
+    """Each data owner's lifetime epsilon budget at ``delta``, charged by every run recorded in
+    the same ledger (other seeds, other outputs): a release that would exceed it is refused and
+    the client drops out. None: no lifetime limit."""
+    data_set: str | None = None
+    """Names the clients' data: client ``m``'s data owner is ``client-m/<data_set>``. Default:
+    ``objective-`` and a hash of the ``[objective]`` section, so runs on the same objective
+    share lifetime budgets whatever their seed."""
 
     def _check(self) -> None:
         from fedxab.privacy.accountants import ACCOUNTANTS
@@ -721,6 +733,18 @@ class PrivacyConfig(Section):
             )
         if self.ledger is not None and not self.ledger.strip():
             raise ConfigError("privacy.ledger", "must be a file path; leave it out for none")
+        if self.lifetime_epsilon is not None and not (
+            math.isfinite(self.lifetime_epsilon) and self.lifetime_epsilon > 0
+        ):
+            raise ConfigError(
+                "privacy.lifetime_epsilon", f"must be a number > 0, got {self.lifetime_epsilon}"
+            )
+        if self.data_set is not None and not _DATA_SET.fullmatch(self.data_set):
+            raise ConfigError(
+                "privacy.data_set",
+                "must be 1 to 100 characters of letters, digits and ._- , got "
+                f"{self.data_set!r:.120}",
+            )
 
     def accounting_delta(self, algorithm_params: Mapping[str, Any], n_clients: int) -> float:
         """``delta``; when it is not set, the algorithm's ``privacy_delta`` (DP-Fed-PNE) or else

@@ -153,6 +153,9 @@ class RunRecord:
     clients short of theirs, and the fewest clients whose telemetry a round's mean holds (the
     cumulative curves average each round over the clients that reported it). None: the curves
     count every pull (always so in process)."""
+    run_id: str | None = None
+    """The run's id (:func:`~fedxab.run.identity.run_id_for`): what its topics, checkpoints and
+    ledger rows are keyed by (``fedxab audit --run``). None in files written before it."""
     clients: tuple[ClientOutcome, ...] | None = dataclasses.field(default=None, repr=False)
     """Federated runs: what each client observed of its own objective, in the user's direction
     (:class:`~fedxab.run.outcome.ClientOutcome`: best observed value and point, best-so-far
@@ -197,6 +200,7 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "seed": int(self.seed),
+            "run_id": self.run_id,
             "rounds": [int(r) for r in self.rounds],
             "cumulative_regret": _list_or_none(self.cumulative_regret),
             "average_regret": _list_or_none(self.average_regret),
@@ -254,6 +258,7 @@ class RunRecord:
                 local_simple_regret=l_simple,
                 regret_coverage=_check_coverage(d.get("regret_coverage"), where),
                 clients=_client_outcomes(d.get("clients"), where),
+                run_id=_run_id(d.get("run_id"), where),
             )
         except ResultsError:
             raise
@@ -274,6 +279,12 @@ class RunRecord:
                     f"{where}: {key!r} has {curve.size} values for {rounds.size} rounds"
                 )
         return record
+
+
+def _run_id(value: Any, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ResultsError(f"{where}: 'run_id' must be a string")
+    return value
 
 
 def _client_outcomes(value: Any, where: str) -> tuple[ClientOutcome, ...] | None:

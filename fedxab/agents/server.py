@@ -726,10 +726,7 @@ class ServerAgent:
         stopped = stopped_phases(self.server)
         if self.run_ledger is not None:  # central DP: the server's own ledger
             return self.run_ledger.block(range(self.n_clients), stopped)
-        params = self.config.algorithm_params()
-        run_ledger = RunLedger.from_config(
-            settings, params, self.run_id, self.n_clients, path=":memory:"
-        )
+        run_ledger = RunLedger.from_config(self.config, self.run_id, path=":memory:")
         try:
             rebuilt = await rebuild_ledger(
                 self.broker,

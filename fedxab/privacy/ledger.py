@@ -4,8 +4,8 @@ DESIGN.md (Privacy). Every release a client makes is one row keyed by
 ``(run, client, phase, release)``: recording the same key again (a retry, a redelivered message,
 a replayed phase) changes nothing, so a release is never charged twice; recording the same key
 with a different event is refused (:class:`LedgerError`), because it would rewrite history.
-Rows are never updated or deleted. An event no accountant can account (e.g. a count below 1) is
-refused before it is recorded.
+Rows are never updated or deleted (evidence may be attached once to a row that has none). An
+event no accountant can account (e.g. a count below 1) is refused before it is recorded.
 
 Spent epsilon is always recomputed from the events by an accountant
 (:mod:`fedxab.privacy.accountants`), at the delta of the client's budget. Before a release the
@@ -26,6 +26,22 @@ the same history share one computation. (Summing counts is exact in arithmetic; 
 point, ``n`` times an RDP value may differ from ``n`` additions of it in the last bits, about
 1e-15 relative.)
 
+**Lifetime budgets.** A run's budget covers one run; a data owner's covers every run computed
+from its data. Each client of a run is a *data owner* (:meth:`PrivacyLedger.set_owner`, named by
+:func:`fedxab.privacy.run_ledger.data_owner`: the client and its data set, not the run), and an
+owner may have a lifetime budget (:meth:`PrivacyLedger.set_lifetime_budget`). Its lifetime
+history is the union of its releases in every run of the ledger, and
+:meth:`PrivacyLedger.check_release` refuses a release that would take it over that budget, in
+whatever run, before the release. Events of one scope compose across runs: a scope names the
+part of the owner's data a release reads (e.g. DP-Fed-PNE's ``phase-3`` in every run), so two
+runs on the same data compose like two releases of one run. A release is charged once: a run
+executed again under the same run id (same config and seed, so the same seeded noise) records
+nothing new.
+
+**Evidence.** A ledger rebuilt from a signed run's ledger topic keeps, per release, the signed
+record that carried it (``events.evidence``), so that an auditor can verify every row later with
+the clients' public keys.
+
 Storage is SQLite (standard library): each record is its own transaction
 (:meth:`PrivacyLedger.record_many`: one for the whole batch), in WAL mode with
 ``synchronous=FULL``, so a process killed between two releases loses no recorded event, and a
@@ -37,7 +53,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,15 +66,31 @@ from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
 
-SCHEMA = "fedxab.ledger/2"
+SCHEMA = "fedxab.ledger/3"
+_MIGRATES_FROM = "fedxab.ledger/2"
+"""A ledger of this schema is upgraded in place (:meth:`PrivacyLedger._upgrade`): version 3
+adds ``events.evidence`` and the tables ``owners`` and ``lifetime_budgets``."""
 
-_TABLES = """
+_LIFETIME_TABLES = """
+CREATE TABLE IF NOT EXISTS owners (
+    run TEXT NOT NULL, client INTEGER NOT NULL, owner TEXT NOT NULL, objective TEXT NOT NULL,
+    PRIMARY KEY (run, client)
+);
+CREATE INDEX IF NOT EXISTS owners_by_owner ON owners (owner);
+CREATE TABLE IF NOT EXISTS lifetime_budgets (
+    owner TEXT PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL
+);
+"""
+
+_TABLES = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     run TEXT NOT NULL, client INTEGER NOT NULL, phase INTEGER NOT NULL, release INTEGER NOT NULL,
     mechanism TEXT NOT NULL, noise_multiplier REAL NOT NULL, sampling_rate REAL NOT NULL,
     sensitivity REAL NOT NULL, count INTEGER NOT NULL, scope TEXT NOT NULL,
     recorded_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    evidence BLOB,
     PRIMARY KEY (run, client, phase, release)
 );
 CREATE TABLE IF NOT EXISTS budgets (
@@ -78,6 +110,8 @@ CREATE TRIGGER IF NOT EXISTS events_totals AFTER INSERT ON events BEGIN
     DO UPDATE SET count = count + excluded.count;
 END;
 """
+    + _LIFETIME_TABLES
+)
 
 _EVENT_COLUMNS = "mechanism, noise_multiplier, sampling_rate, sensitivity, count, scope"
 
@@ -153,18 +187,30 @@ class PrivacyLedger:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise LedgerError(f"{self.path} is a SQLite database but not a fedxab privacy ledger")
+        schema = None
         if tables:
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None or row[0] != SCHEMA:
+            schema = row and row[0]
+            if schema not in (SCHEMA, _MIGRATES_FROM):
                 raise LedgerError(
-                    f"{self.path}: unknown ledger schema {row and row[0]!r}; this fedxab reads "
-                    f"{SCHEMA}"
+                    f"{self.path}: unknown ledger schema {schema!r}; this fedxab reads "
+                    f"{SCHEMA} (and upgrades {_MIGRATES_FROM})"
                 )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         if not tables:
             db.executescript(f"BEGIN; {_TABLES} COMMIT;")
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
+        elif schema == _MIGRATES_FROM:
+            self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Upgrade a ``fedxab.ledger/2`` file to this schema in one transaction: its releases
+        keep their rows (no evidence, no data owner: they count towards no lifetime budget)."""
+        self._db.executescript(
+            "BEGIN; ALTER TABLE events ADD COLUMN evidence BLOB; "
+            f"{_LIFETIME_TABLES} UPDATE meta SET value='{SCHEMA}' WHERE key='schema'; COMMIT;"
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -177,9 +223,20 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------------------ writes
     def record(
-        self, run: str, client: int, phase: int, event: PrivacyEvent, release: int = 0
+        self,
+        run: str,
+        client: int,
+        phase: int,
+        event: PrivacyEvent,
+        release: int = 0,
+        *,
+        evidence: bytes | None = None,
     ) -> bool:
         """Append one release; ``False`` if this key was already recorded with this event.
+
+        ``evidence``: the signed ledger-topic record that carried this release (a ledger
+        rebuilt from a signed run keeps it, so an auditor can verify every row with public keys
+        later); attached to an already recorded row that has none, never replaced.
 
         Raises :class:`LedgerError` if the key was recorded with a different event, and
         :class:`~fedxab.errors.ConfigError` (naming the field) for an event no accountant can
@@ -196,9 +253,9 @@ class PrivacyLedger:
             event.scope,
         )
         cursor = self._db.execute(
-            f"INSERT OR IGNORE INTO events (run, client, phase, release, {_EVENT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            key + values,
+            f"INSERT OR IGNORE INTO events (run, client, phase, release, {_EVENT_COLUMNS}, "
+            "evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*key, *values, evidence),
         )
         if cursor.rowcount == 1:
             return True
@@ -211,6 +268,12 @@ class PrivacyLedger:
             raise LedgerError(
                 f"run {run}, client {client}, phase {phase}, release {release} is already "
                 f"recorded as {stored}; refusing to record {values}"
+            )
+        if evidence is not None:
+            self._db.execute(
+                "UPDATE events SET evidence=? WHERE run=? AND client=? AND phase=? "
+                "AND release=? AND evidence IS NULL",
+                (evidence, *key),
             )
         return False
 
@@ -236,6 +299,39 @@ class PrivacyLedger:
         self._db.execute(
             "INSERT OR REPLACE INTO budgets VALUES (?, ?, ?, ?)",
             (run, int(client), budget.epsilon, budget.delta),
+        )
+
+    def set_owner(self, run: str, client: int, owner: str, objective: str) -> None:
+        """Say that client ``client`` of ``run`` is the data owner ``owner``, evaluating the
+        objective setting ``objective`` (a digest): its releases in ``run`` count towards the
+        owner's lifetime budget (module docstring).
+
+        A client of a run is one owner, on one objective setting, for good: anything else raises
+        :class:`LedgerError`. A run id does not cover the objective, and a release recorded under
+        a run id is charged once (a replay releases the same values); a run on another data set
+        or objective setting under that id would release new values charged as nothing."""
+        if not isinstance(owner, str) or not owner:
+            raise ConfigError("privacy.data_set", f"a data owner must be named, got {owner!r}")
+        key = (run, int(client))
+        self._db.execute(
+            "INSERT OR IGNORE INTO owners VALUES (?, ?, ?, ?)", (*key, owner, objective)
+        )
+        stored = self._db.execute(
+            "SELECT owner, objective FROM owners WHERE run=? AND client=?", key
+        ).fetchone()
+        if tuple(stored) != (owner, objective):
+            raise LedgerError(
+                f"client {client} of run {run} is recorded in this ledger as data owner "
+                f"{stored[0]!r} on objective setting {stored[1]}; refusing to record it as "
+                f"{owner!r} on {objective}: its releases would be taken for replays and never "
+                "charged. Run another seed (a new run id), or use another ledger"
+            )
+
+    def set_lifetime_budget(self, owner: str, budget: Budget) -> None:
+        """Set (or replace) data owner ``owner``'s lifetime budget, which every run charges."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO lifetime_budgets VALUES (?, ?, ?)",
+            (owner, budget.epsilon, budget.delta),
         )
 
     # ------------------------------------------------------------------------------- reads
@@ -264,6 +360,21 @@ class PrivacyLedger:
         for client, phase, *values in rows:
             out[client].append((phase, PrivacyEvent(*values)))
         return dict(out)
+
+    def evidence(
+        self, run: str | None = None
+    ) -> Iterator[tuple[str, int, int, int, PrivacyEvent, bytes | None]]:
+        """``(run, client, phase, release, event, evidence)`` of every release (of ``run``
+        only, if given), in (run, client, phase, release) order; ``evidence`` is None for a
+        row recorded without one."""
+        where, args = ("WHERE run=?", (run,)) if run is not None else ("", ())
+        rows = self._db.execute(
+            f"SELECT run, client, phase, release, {_EVENT_COLUMNS}, evidence FROM events "
+            f"{where} ORDER BY run, client, phase, release",
+            args,
+        )
+        for r in rows:
+            yield r[0], r[1], r[2], r[3], PrivacyEvent(*r[4:10]), r[10]
 
     def recorded(self, run: str, client: int, phase: int, release: int = 0) -> PrivacyEvent | None:
         """The event recorded under this key, or None."""
@@ -354,21 +465,95 @@ class PrivacyLedger:
         epsilon = {key: self.accountant.epsilon(*key) for key in set(keys.values())}
         return {client: epsilon[key] for client, key in keys.items()}
 
+    def owner(self, run: str, client: int) -> str | None:
+        """The data owner client ``client`` of ``run`` is, if named."""
+        row = self._db.execute(
+            "SELECT owner FROM owners WHERE run=? AND client=?", (run, int(client))
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def owners(self) -> list[str]:
+        """Every data owner named in the ledger, sorted."""
+        return [r[0] for r in self._db.execute("SELECT DISTINCT owner FROM owners ORDER BY 1")]
+
+    def owner_runs(self, owner: str) -> list[tuple[str, int]]:
+        """``(run, client)`` of every run in which ``owner`` took part, sorted."""
+        rows = self._db.execute(
+            "SELECT run, client FROM owners WHERE owner=? ORDER BY run, client", (owner,)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def lifetime_budget(self, owner: str) -> Budget | None:
+        row = self._db.execute(
+            "SELECT epsilon, delta FROM lifetime_budgets WHERE owner=?", (owner,)
+        ).fetchone()
+        return None if row is None else Budget(*row)
+
+    def owner_history(self, owner: str) -> History:
+        """The canonical history of every release of ``owner``, over all its runs (one query
+        of ``totals``): events of one scope compose across runs, since a scope names the part
+        of the owner's data a release reads (module docstring)."""
+        rows = self._db.execute(
+            f"SELECT {', '.join('t.' + c for c in _EVENT_COLUMNS.split(', '))} FROM totals t "
+            "JOIN owners o ON t.run = o.run AND t.client = o.client WHERE o.owner=?",
+            (owner,),
+        )
+        return canonical(PrivacyEvent(*r) for r in rows)
+
+    def lifetime_spent(self, owner: str, delta: float | None = None) -> float:
+        """Epsilon ``owner`` has spent over all its runs, at ``delta`` (default: its lifetime
+        budget's delta)."""
+        if delta is None:
+            budget = self.lifetime_budget(owner)
+            if budget is None:
+                raise ConfigError(
+                    "--delta", f"data owner {owner!r} has no lifetime budget; pass a delta"
+                )
+            delta = budget.delta
+        return self.accountant.epsilon(self.owner_history(owner), delta)
+
     def check_release(self, run: str, client: int, event: PrivacyEvent) -> float | None:
-        """The epsilon the client would have spent after ``event``; raises
-        :class:`PrivacyBudgetExceeded` (before anything is released) if that exceeds its
-        budget. A client without a budget may release anything (``None``)."""
+        """The epsilon the client would have spent in ``run`` after ``event``; raises
+        :class:`PrivacyBudgetExceeded` (before anything is released) if that exceeds its budget
+        for the run or its data owner's lifetime budget. A client without either may release
+        anything (``None`` if it has no run budget)."""
         client = int(client)
         budget = self.budget(run, client)
-        if budget is None:
+        owner = self.owner(run, client)
+        lifetime = None if owner is None else self.lifetime_budget(owner)
+        if budget is None and lifetime is None:
             return None
         check_event(event)
-        history = self._histories(run, client).get(client, ())
-        after = self.accountant.epsilon(canonical([*history, event]), budget.delta)
-        if after > budget.epsilon:
-            raise PrivacyBudgetExceeded(
-                f"client {client} of run {run}: this release would bring epsilon to "
-                f"{after:.4f} at delta {budget.delta:g}, over its budget {budget.epsilon:g} "
-                f"({self.accountant.name} accountant); the release is refused"
-            )
+        after = None
+        if budget is not None:
+            history = self._histories(run, client).get(client, ())
+            after = self.accountant.epsilon(canonical([*history, event]), budget.delta)
+            if after > budget.epsilon:
+                raise PrivacyBudgetExceeded(
+                    f"client {client} of run {run}: this release would bring epsilon to "
+                    f"{after:.4f} at delta {budget.delta:g}, over its budget {budget.epsilon:g} "
+                    f"({self.accountant.name} accountant); the release is refused"
+                )
+        if lifetime is not None:
+            assert owner is not None
+            self._check_lifetime(owner, lifetime, run, client, event)
         return after
+
+    def _check_lifetime(
+        self, owner: str, lifetime: Budget, run: str, client: int, event: PrivacyEvent
+    ) -> None:
+        """Raise :class:`PrivacyBudgetExceeded` if ``event`` would take ``owner`` over its
+        lifetime budget, with what it spent and what remains in the message."""
+        history = self.owner_history(owner)
+        after = self.accountant.epsilon(canonical([*history, event]), lifetime.delta)
+        if after <= lifetime.epsilon:
+            return
+        spent = self.accountant.epsilon(history, lifetime.delta)
+        runs = len({r for r, _ in self.owner_runs(owner)})
+        raise PrivacyBudgetExceeded(
+            f"client {client} of run {run}: data owner {owner!r} has spent epsilon "
+            f"{spent:.4f} of its lifetime budget {lifetime.epsilon:g} (delta {lifetime.delta:g}) "
+            f"over {runs} run(s), {max(lifetime.epsilon - spent, 0.0):.4f} remaining; this "
+            f"release would bring it to {after:.4f} ({self.accountant.name} accountant), so it "
+            "is refused before anything is released"
+        )

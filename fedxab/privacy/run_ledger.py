@@ -1,28 +1,68 @@
-"""The ledger side of one private run: budgets, the clients' gates and the results' privacy block.
+"""The ledger side of one private run: budgets, data owners, the gates and the privacy block.
 
-Every party of a run (the in-process runner, or each client agent for its own clients) opens the
-configured ledger (``[privacy] ledger``, or an in-memory one), sets each client's budget
-``(budget_epsilon, delta)`` when one is configured and hands each private client a
-:class:`~fedxab.privacy.gate.LedgerGate`. At the end, :meth:`RunLedger.block` recomputes every
-client's epsilon from the recorded events with the configured accountant (never a running total):
-that is what the results file reports.
+Every party of a run that releases (the in-process runner, each client agent for its own clients,
+or the server under central DP) opens the configured ledger (``[privacy] ledger``; with a
+lifetime budget and no ledger, :func:`default_ledger_path`; else an in-memory one), sets each
+client's budget ``(budget_epsilon, delta)`` when one is configured, names each client's data
+owner (:func:`data_owner`) with its lifetime budget ``(lifetime_epsilon, delta)`` when one is
+configured, and hands each private client a :class:`~fedxab.privacy.gate.LedgerGate`. At the end,
+:meth:`RunLedger.block` recomputes every client's epsilon from the recorded events with the
+configured accountant (never a running total): that is what the results file reports.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 from fedxab.privacy.mechanisms import PrivacyEvent
 
-__all__ = ["RunLedger"]
+__all__ = ["RunLedger", "data_owner", "default_ledger_path", "objective_digest"]
+
+LEDGER_HOME_VAR = "FEDXAB_HOME"
+"""Environment variable naming the directory of the default lifetime ledger."""
+
+
+def default_ledger_path() -> Path:
+    """The ledger a run with a lifetime budget and no ``[privacy] ledger`` charges, on the
+    machine of the party that releases: ``$FEDXAB_HOME/privacy-ledger.sqlite``, else
+    ``$XDG_DATA_HOME/fedxab/...``, else ``~/.local/share/fedxab/...`` (the XDG default)."""
+    home = os.environ.get(LEDGER_HOME_VAR)
+    if not home:
+        data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+        home = str(Path(data) / "fedxab")
+    return Path(home) / "privacy-ledger.sqlite"
+
+
+def objective_digest(objective: Mapping[str, Any]) -> str:
+    """``objective-`` and 12 hex digits of the SHA-256 of the ``[objective]`` section (as plain
+    data, keys sorted): the default data set name, and the objective setting a ledger binds to
+    a run's clients (:meth:`~fedxab.privacy.ledger.PrivacyLedger.set_owner`)."""
+    text = json.dumps(objective, sort_keys=True, separators=(",", ":"), default=str)
+    return "objective-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def data_owner(client: int, data_set: str) -> str:
+    """The data owner client ``client`` is on ``data_set``: ``client-<m>/<data_set>``. A
+    client id names the same party in every run of a federation (its key, its data), and the
+    data set says which of its data the run reads."""
+    return f"client-{int(client)}/{data_set}"
 
 
 class RunLedger:
-    """Run ``run``'s view of ``ledger``, accounting at ``delta``."""
+    """Run ``run``'s view of ``ledger``, accounting at ``delta``.
+
+    ``objective``: the run's objective setting (:func:`objective_digest`); ``data_set`` (default:
+    the same digest) names the clients' data owners; ``lifetime_epsilon`` is each owner's
+    lifetime budget at ``delta``. ``location``: where the releasing parties keep the ledger
+    (reported in the results; None for an in-memory ledger)."""
 
     def __init__(
         self,
@@ -31,37 +71,52 @@ class RunLedger:
         *,
         delta: float,
         budget_epsilon: float | None = None,
+        objective: str = "objective-unknown",
+        data_set: str | None = None,
+        lifetime_epsilon: float | None = None,
+        location: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.run = run
         self.delta = delta
         self.budget = None if budget_epsilon is None else Budget(budget_epsilon, delta)
+        self.objective = objective
+        self.data_set = data_set or objective
+        self.lifetime = None if lifetime_epsilon is None else Budget(lifetime_epsilon, delta)
+        self.location = location
 
     @classmethod
-    def from_config(
-        cls,
-        settings: Any,
-        algorithm_params: Mapping[str, Any],
-        run: str,
-        n_clients: int,
-        *,
-        path: str | None = None,
-    ) -> RunLedger:
-        """From a :class:`~fedxab.config.PrivacyConfig` (``[privacy]``); ``path`` overrides
-        its ledger file (``":memory:"`` for a private copy)."""
-        path = path or settings.ledger or ":memory:"
-        ledger = PrivacyLedger(path, accountant=settings.accountant)
+    def from_config(cls, config: Any, run: str, *, path: str | None = None) -> RunLedger:
+        """From a run :class:`~fedxab.config.Config` with a ``[privacy]`` section; ``path``
+        overrides its ledger file (``":memory:"``: the server's copy rebuilt from the ledger
+        topic; it names no data owner, as only :meth:`gate` does, so it charges no lifetime
+        budget)."""
+        settings = config.privacy
+        location = settings.ledger
+        if location is None and settings.lifetime_epsilon is not None:
+            location = str(default_ledger_path())
+        ledger = PrivacyLedger(path or location or ":memory:", accountant=settings.accountant)
+        n_clients = config.federation.clients if config.federation is not None else 1
         return cls(
             ledger,
             run,
-            delta=settings.accounting_delta(algorithm_params, n_clients),
+            delta=settings.accounting_delta(config.algorithm_params(), n_clients),
             budget_epsilon=settings.budget_epsilon,
+            objective=objective_digest(config.to_dict()["objective"]),
+            data_set=settings.data_set,
+            lifetime_epsilon=settings.lifetime_epsilon,
+            location=location,
         )
 
     def gate(self, client: int) -> LedgerGate:
-        """Client ``client``'s gate, its budget set in the ledger first (if there is one)."""
+        """Client ``client``'s gate, with its budget (if any), its data owner and the owner's
+        lifetime budget (if any) set in the ledger first."""
         if self.budget is not None:
             self.ledger.set_budget(self.run, client, self.budget)
+        owner = data_owner(client, self.data_set)
+        self.ledger.set_owner(self.run, client, owner, self.objective)
+        if self.lifetime is not None:
+            self.ledger.set_lifetime_budget(owner, self.lifetime)
         return LedgerGate(self.ledger, self.run, client)
 
     def block(self, clients: Iterable[int], withdrawn: Mapping[int, int]) -> dict[str, Any]:
@@ -74,6 +129,10 @@ class RunLedger:
         per_client = [float(epsilon.get(m, 0.0)) for m in ids]
         return {
             "accountant": self.ledger.accountant.name,
+            "run_id": self.run,
+            "ledger": self.location,
+            "data_set": self.data_set,
+            "lifetime_epsilon": None if self.lifetime is None else self.lifetime.epsilon,
             "delta": self.delta,
             "budget_epsilon": None if self.budget is None else self.budget.epsilon,
             "max_epsilon": max(per_client, default=0.0),

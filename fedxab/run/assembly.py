@@ -166,7 +166,7 @@ def build_run(
     if config.privacy is not None and (
         (releaser == "server" and server) or (releaser == "client" and ids)
     ):
-        run_ledger = RunLedger.from_config(config.privacy, params, run_id, n_clients)
+        run_ledger = RunLedger.from_config(config, run_id)
         if releaser == "server":  # central DP: the trusted server releases
             gates = {m: run_ledger.gate(m) for m in range(n_clients)}
             machine.gates.update(gates)

@@ -245,6 +245,85 @@ def test_a_ledger_of_the_previous_schema_is_refused_untouched(tmp_path):
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('schema', 'fedxab.ledger/1')")
     before = path.read_bytes()
-    with pytest.raises(LedgerError, match=r"unknown ledger schema 'fedxab.ledger/1'.*ledger/2"):
+    with pytest.raises(LedgerError, match=r"unknown ledger schema 'fedxab.ledger/1'.*ledger/3"):
         PrivacyLedger(path)
     assert path.read_bytes() == before
+
+
+_LEDGER_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    run TEXT NOT NULL, client INTEGER NOT NULL, phase INTEGER NOT NULL, release INTEGER NOT NULL,
+    mechanism TEXT NOT NULL, noise_multiplier REAL NOT NULL, sampling_rate REAL NOT NULL,
+    sensitivity REAL NOT NULL, count INTEGER NOT NULL, scope TEXT NOT NULL,
+    recorded_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (run, client, phase, release)
+);
+CREATE TABLE budgets (
+    run TEXT NOT NULL, client INTEGER NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL,
+    PRIMARY KEY (run, client)
+);
+CREATE TABLE totals (
+    run TEXT NOT NULL, client INTEGER NOT NULL,
+    mechanism TEXT NOT NULL, noise_multiplier REAL NOT NULL, sampling_rate REAL NOT NULL,
+    sensitivity REAL NOT NULL, scope TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (run, client, mechanism, noise_multiplier, sampling_rate, sensitivity, scope)
+);
+CREATE TRIGGER events_totals AFTER INSERT ON events BEGIN
+    INSERT INTO totals VALUES (NEW.run, NEW.client, NEW.mechanism, NEW.noise_multiplier,
+        NEW.sampling_rate, NEW.sensitivity, NEW.scope, NEW.count)
+    ON CONFLICT (run, client, mechanism, noise_multiplier, sampling_rate, sensitivity, scope)
+    DO UPDATE SET count = count + excluded.count;
+END;
+INSERT INTO meta VALUES ('schema', 'fedxab.ledger/2');
+INSERT INTO events (run, client, phase, release, mechanism, noise_multiplier, sampling_rate,
+    sensitivity, count, scope) VALUES ('old', 0, 1, 0, 'gaussian', 1.2, 0.25, 1.0, 1, '');
+INSERT INTO budgets VALUES ('old', 0, 4.0, 1e-5);
+"""
+
+
+def test_a_ledger_of_schema_2_is_upgraded_in_place_keeping_its_releases(tmp_path):
+    path = tmp_path / "v2.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_LEDGER_2)
+    with PrivacyLedger(path) as ledger:
+        assert ledger.events("old", 0) == [EVENT]
+        assert ledger.spent("old", 0) == make_accountant("rdp").epsilon([EVENT], 1e-5)
+        assert ledger.owners() == []  # upgraded releases name no data owner
+        assert ledger.record("new", 0, 1, EVENT, evidence=b"signed") is True
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("fedxab.ledger/3",)
+
+
+def test_evidence_is_kept_and_attached_once_never_replaced(tmp_path):
+    with PrivacyLedger(tmp_path / "l.db") as ledger:
+        ledger.record("r", 0, 1, EVENT)
+        ledger.record("r", 0, 2, EVENT, evidence=b"second")
+        assert ledger.record("r", 0, 1, EVENT, evidence=b"late") is False
+        assert ledger.record("r", 0, 2, EVENT, evidence=b"forged") is False
+        rows = [(phase, proof) for _, _, phase, _, _, proof in ledger.evidence("r")]
+        assert rows == [(1, b"late"), (2, b"second")]
+        assert ledger.spent("r", 0, delta=1e-5) == make_accountant("rdp").epsilon(
+            [EVENT, EVENT], 1e-5
+        )
+
+
+def test_a_data_owner_is_charged_across_runs_and_refused_over_its_lifetime_budget():
+    ledger = PrivacyLedger(":memory:")
+    two = make_accountant("rdp").epsilon([EVENT, EVENT], 1e-5)
+    three = make_accountant("rdp").epsilon([EVENT] * 3, 1e-5)
+    ledger.set_lifetime_budget("client-0/d", Budget((two + three) / 2, 1e-5))
+    for run in ("a", "b"):
+        ledger.set_owner(run, 0, "client-0/d", "objective-x")
+    ledger.set_owner("c", 0, "client-0/other", "objective-x")  # another data set: not charged
+    ledger.record("a", 0, 1, EVENT)
+    ledger.record("c", 0, 1, EVENT)
+    ledger.check_release("b", 0, EVENT)
+    ledger.record("b", 0, 1, EVENT)
+    assert ledger.lifetime_spent("client-0/d") == two
+    with pytest.raises(PrivacyBudgetExceeded, match=r"over 2 run\(s\)") as refused:
+        ledger.check_release("b", 0, EVENT)
+    assert f"spent epsilon {two:.4f}" in str(refused.value)
+    assert ledger.owner_runs("client-0/d") == [("a", 0), ("b", 0)]
+    with pytest.raises(LedgerError, match="would be taken for replays"):
+        ledger.set_owner("a", 0, "client-0/d", "objective-y")
