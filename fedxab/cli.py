@@ -510,19 +510,15 @@ def _print_ledger(console: Console, results) -> None:
     """Where the releases were charged (the ledger every later run of these data owners
     charges too), and the command that audits it."""
     blocks = [r.privacy for r in results.runs if r.privacy is not None]
-    if not blocks:
-        return
-    where = blocks[0].get("ledger")
+    if blocks:
+        console.print(_ledger_line(blocks[0].get("ledger")), soft_wrap=True, markup=False)
+
+
+def _ledger_line(where: str | None) -> str:
+    """The line saying where a run's privacy ledger is (None: in memory)."""
     if where is None:
-        console.print(
-            "privacy ledger: in memory (set [privacy] ledger to keep it)",
-            soft_wrap=True,
-            markup=False,
-        )
-        return
-    console.print(
-        f"privacy ledger: {where} (audit: fedxab audit {where})", soft_wrap=True, markup=False
-    )
+        return "privacy ledger: in memory (set [privacy] ledger to keep it)"
+    return f"privacy ledger: {where} (audit: fedxab audit {where})"
 
 
 def _print_finished_seeds(console: Console, finished, quiet: bool) -> None:
@@ -790,6 +786,10 @@ def client(
             f"{escape(cfg.algorithm.name)} on {escape(cfg.broker.url)}; {_run_ids(cfg)}",
             soft_wrap=True,
         )
+        if cfg.privacy is not None:
+            from fedxab.privacy.run_ledger import ledger_location
+
+            console.print(_ledger_line(ledger_location(cfg.privacy)), soft_wrap=True, markup=False)
 
         with _metrics(console, "client", metrics_port, metrics_host, serve_after) as metrics:
 
@@ -892,12 +892,22 @@ def audit(
     client_id: Annotated[
         int | None, typer.Option("--client", help="One client's event history.")
     ] = None,
-    accountant: Annotated[
-        str,
+    accountants: Annotated[
+        list[str] | None,
         typer.Option(
-            help="Recompute epsilon with this accountant: rdp, moments, opacus-rdp, opacus-prv."
+            "--accountant",
+            help="Recompute epsilon with this accountant: rdp (default), moments, pld, "
+            "opacus-rdp, opacus-prv. Repeat it to show several side by side; the first one's "
+            "epsilon is checked against the budgets.",
+            show_default=False,
         ),
-    ] = "rdp",
+    ] = None,
+    lifetime: Annotated[
+        bool,
+        typer.Option(
+            "--lifetime", help="Only the lifetime spend of each data owner, over all its runs."
+        ),
+    ] = False,
     delta: Annotated[
         float | None,
         typer.Option(help="Delta for clients without a budget (default: the budget's delta)."),
@@ -927,12 +937,17 @@ def audit(
     """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
     import json
 
-    from fedxab.privacy.audit import client_history, client_summaries
+    from fedxab.privacy.accountants import make_accountant
+    from fedxab.privacy.audit import client_history, client_summaries, owner_summaries
     from fedxab.privacy.ledger import PrivacyLedger
     from fedxab.privacy.mirror import rebuild_from_broker
 
     console = _console()
     with _errors_as_exit_code():
+        if lifetime and (client_id is not None or run_id is not None):
+            raise FedxabError(
+                "--lifetime covers every run of every data owner: leave out --client and --run"
+            )
         if rebuild_from is not None:
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
@@ -956,32 +971,51 @@ def audit(
                 )
         if not ledger.is_file():
             raise FedxabError(f"{ledger}: no such ledger file")
-        with PrivacyLedger(ledger, accountant=accountant) as book:
+        names = accountants or ["rdp"]
+        also = [make_accountant(name) for name in names[1:]]
+        tables = []
+        with PrivacyLedger(ledger, accountant=names[0]) as book:
             if client_id is not None:
                 runs = [run_id] if run_id is not None else book.runs()
                 if len(runs) != 1:
                     raise FedxabError(f"--client needs --run: the ledger holds runs {runs}")
                 rows = client_history(book, runs[0], client_id, delta)
-                title = f"run {runs[0]}, client {client_id} ({accountant} accountant)"
                 columns = ["phase", "release", "recorded_at", "noise_multiplier",
                            "sampling_rate", "count", "epsilon_after", "over_budget"]  # fmt: skip
+                title = f"run {runs[0]}, client {client_id} ({names[0]} accountant)"
+                tables.append((title, columns, rows))
             else:
-                rows = client_summaries(book, run_id, delta)
-                title = f"privacy ledger {ledger} ({accountant} accountant)"
-                columns = ["run", "client", "releases", "delta", "epsilon", "budget_epsilon",
-                           "remaining", "over_budget"]  # fmt: skip
+                spend = ["releases", "delta", "epsilon", *(f"epsilon {a.name}" for a in also),
+                         "budget_epsilon", "remaining", "over_budget"]  # fmt: skip
+                if not lifetime:
+                    rows = client_summaries(book, run_id, delta, also)
+                    title = f"privacy ledger {ledger}, per run ({names[0]} accountant)"
+                    tables.append((title, ["run", "client", "owner", *spend], rows))
+                owners = owner_summaries(book, delta, also) if lifetime or book.owners() else []
+                if lifetime or owners:
+                    title = f"lifetime spend per data owner ({names[0]} accountant)"
+                    tables.append((title, ["owner", "runs", *spend], owners))
         if as_json:
-            console.print_json(json.dumps(rows))
+            console.print_json(json.dumps(tables[0][2]))
             return
-        table = Table(title=title)
-        for name in columns:
-            table.add_column(name.replace("_", " "), justify="left" if name == "run" else "right")
-        for row in rows:
-            table.add_row(
-                *(_cell(c, row[c]) for c in columns),
-                style="bold red" if row.get("over_budget") else None,
-            )
-        console.print(table)
+        for title, columns, rows in tables:
+            console.print(_audit_table(title, columns, rows))
+
+
+def _audit_table(title: str, columns: list[str], rows: list[dict]) -> Table:
+    """One table of `fedxab audit`: a column ``epsilon NAME`` shows ``epsilons[NAME]``. A cell
+    too wide for the terminal folds onto more lines, never loses characters (run ids, owners)."""
+    table = Table(title=title)
+    for name in columns:
+        justify = "left" if name in {"run", "owner"} else "right"
+        table.add_column(name.replace("_", " "), justify=justify, overflow="fold")
+    for row in rows:
+        cells = (
+            _cell(c, row["epsilons"][c.split()[1]] if c.startswith("epsilon ") else row[c])
+            for c in columns
+        )
+        table.add_row(*cells, style="bold red" if row.get("over_budget") else None)
+    return table
 
 
 @app.command()

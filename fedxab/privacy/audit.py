@@ -1,51 +1,105 @@
-"""What ``fedxab audit`` reports: each client's releases, spent epsilon, budget and what remains.
+"""What ``fedxab audit`` reports: each client's releases, spent epsilon, budget and what remains,
+per run and, for data owners (:meth:`PrivacyLedger.set_owner`), over their lifetime.
 
-Epsilon is recomputed from the ledger's events by the chosen accountant (never read from a stored
-epsilon), at ``delta`` if given, else at the delta of the client's budget (clients with neither
-get none). The summary accounts a whole run at once (:meth:`PrivacyLedger.epsilons`: one
+Epsilon is recomputed from the ledger's events by the ledger's accountant (never read from a
+stored epsilon), at ``delta`` if given, else at the delta of the client's budget -- the lifetime
+budget's for an owner -- (clients with neither get none). Budgets, what remains and the
+over-budget flag are the ledger accountant's; ``also`` names more accountants whose epsilon is
+shown beside it (``epsilons``, by accountant name), to compare their tightness on the same
+events. The summary accounts a whole run at once (:meth:`PrivacyLedger.epsilons`: one
 accountant call per distinct history, from the ledger's ``totals`` view of the events).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fedxab.errors import ConfigError
-from fedxab.privacy.ledger import PrivacyLedger
+from fedxab.privacy.accountants import Accountant
+from fedxab.privacy.ledger import Budget, PrivacyLedger
 
-__all__ = ["client_history", "client_summaries"]
+__all__ = ["client_history", "client_summaries", "owner_summaries"]
+
+OVER_BUDGET_TOLERANCE = 1e-12
+"""Epsilon above a budget by no more than this (floating-point noise) is not over it."""
+
+
+def _spend(
+    budget: Budget | None, epsilons: dict[str, float | None], accountant: str
+) -> dict[str, Any]:
+    """The columns every summary row shares: ``epsilon`` (by ``accountant``), the budget, what
+    remains, the over-budget flag and ``epsilons`` (every accountant's)."""
+    epsilon = epsilons[accountant]
+    remaining = None if budget is None or epsilon is None else budget.epsilon - epsilon
+    return {
+        "epsilon": epsilon,
+        "budget_epsilon": None if budget is None else budget.epsilon,
+        "remaining": remaining,
+        "over_budget": remaining is not None and remaining < -OVER_BUDGET_TOLERANCE,
+        "accountant": accountant,
+        "epsilons": epsilons,
+    }
 
 
 def client_summaries(
-    ledger: PrivacyLedger, run: str | None = None, delta: float | None = None
+    ledger: PrivacyLedger,
+    run: str | None = None,
+    delta: float | None = None,
+    also: Sequence[Accountant] = (),
 ) -> list[dict[str, Any]]:
-    """One row per (run, client): releases, epsilon, budget, remaining, over-budget flag."""
+    """One row per (run, client): its data owner, releases, epsilon, budget, remaining,
+    over-budget flag."""
     runs = ledger.runs() if run is None else [run]
     if run is not None and run not in ledger.runs():
         raise ConfigError("--run", f"no run {run!r} in the ledger; runs: {ledger.runs()}")
+    accountants = [ledger.accountant, *also]
     rows = []
     for r in runs:
         budgets = ledger.budgets(r)
         releases = ledger.releases_all(r)
         deltas = ledger.deltas(r, delta)
-        epsilons = ledger.epsilons(r, deltas)
+        by_accountant = {a.name: ledger.epsilons(r, deltas, a) for a in accountants}
         for client in ledger.clients(r):
-            budget = budgets.get(client)
-            epsilon = epsilons.get(client)
-            remaining = None if budget is None or epsilon is None else budget.epsilon - epsilon
+            epsilons = {name: eps.get(client) for name, eps in by_accountant.items()}
             rows.append(
                 {
                     "run": r,
                     "client": client,
+                    "owner": ledger.owner(r, client),
                     "releases": releases.get(client, 0),
                     "delta": deltas.get(client),
-                    "epsilon": epsilon,
-                    "budget_epsilon": None if budget is None else budget.epsilon,
-                    "remaining": remaining,
-                    "over_budget": remaining is not None and remaining < -1e-12,
-                    "accountant": ledger.accountant.name,
                 }
+                | _spend(budgets.get(client), epsilons, ledger.accountant.name)
             )
+    return rows
+
+
+def owner_summaries(
+    ledger: PrivacyLedger, delta: float | None = None, also: Sequence[Accountant] = ()
+) -> list[dict[str, Any]]:
+    """One row per data owner: the runs it took part in, its releases over all of them, and the
+    epsilon they spent together against its lifetime budget
+    (:meth:`PrivacyLedger.lifetime_spent`)."""
+    rows = []
+    for owner in ledger.owners():
+        budget = ledger.lifetime_budget(owner)
+        at = delta if delta is not None else None if budget is None else budget.delta
+        taken = ledger.owner_runs(owner)
+        releases = sum(ledger.releases_all(run).get(client, 0) for run, client in taken)
+        epsilons = {
+            a.name: None if at is None else ledger.lifetime_spent(owner, at, a)
+            for a in [ledger.accountant, *also]
+        }
+        rows.append(
+            {
+                "owner": owner,
+                "runs": len({run for run, _ in taken}),
+                "releases": releases,
+                "delta": at,
+            }
+            | _spend(budget, epsilons, ledger.accountant.name)
+        )
     return rows
 
 
@@ -70,7 +124,8 @@ def client_history(
             | {
                 "epsilon_after": epsilon,
                 "delta": at,
-                "over_budget": budget is not None and epsilon > budget.epsilon + 1e-12,
+                "over_budget": budget is not None
+                and epsilon > budget.epsilon + OVER_BUDGET_TOLERANCE,
             }
         )
     return history

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedxab.errors import ConfigError, FedxabError
-from fedxab.privacy.accountants import check_event, make_accountant
+from fedxab.privacy.accountants import Accountant, check_event, make_accountant
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded
 from fedxab.private_files import create_owner_only
@@ -456,13 +456,17 @@ class PrivacyLedger:
             raise _no_budget(run, missing)
         return self.epsilons(run, deltas)
 
-    def epsilons(self, run: str, deltas: Mapping[int, float]) -> dict[int, float]:
+    def epsilons(
+        self, run: str, deltas: Mapping[int, float], accountant: Accountant | None = None
+    ) -> dict[int, float]:
         """Epsilon spent by each client of ``deltas`` at its delta: the canonical histories in
-        one query of ``totals``, then one accountant call per distinct (history, delta), shared
-        by every client with that history (module docstring)."""
+        one query of ``totals``, then one call of ``accountant`` (default: the ledger's) per
+        distinct (history, delta), shared by every client with that history (module
+        docstring)."""
+        accountant = accountant or self.accountant
         histories = self._histories(run)
         keys = {client: (histories.get(client, ()), at) for client, at in deltas.items()}
-        epsilon = {key: self.accountant.epsilon(*key) for key in set(keys.values())}
+        epsilon = {key: accountant.epsilon(*key) for key in set(keys.values())}
         return {client: epsilon[key] for client, key in keys.items()}
 
     def owner(self, run: str, client: int) -> str | None:
@@ -500,9 +504,11 @@ class PrivacyLedger:
         )
         return canonical(PrivacyEvent(*r) for r in rows)
 
-    def lifetime_spent(self, owner: str, delta: float | None = None) -> float:
+    def lifetime_spent(
+        self, owner: str, delta: float | None = None, accountant: Accountant | None = None
+    ) -> float:
         """Epsilon ``owner`` has spent over all its runs, at ``delta`` (default: its lifetime
-        budget's delta)."""
+        budget's delta), by ``accountant`` (default: the ledger's)."""
         if delta is None:
             budget = self.lifetime_budget(owner)
             if budget is None:
@@ -510,7 +516,7 @@ class PrivacyLedger:
                     "--delta", f"data owner {owner!r} has no lifetime budget; pass a delta"
                 )
             delta = budget.delta
-        return self.accountant.epsilon(self.owner_history(owner), delta)
+        return (accountant or self.accountant).epsilon(self.owner_history(owner), delta)
 
     def check_release(self, run: str, client: int, event: PrivacyEvent) -> float | None:
         """The epsilon the client would have spent in ``run`` after ``event``; raises

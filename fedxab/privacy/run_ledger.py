@@ -24,7 +24,13 @@ from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 from fedxab.privacy.mechanisms import PrivacyEvent
 
-__all__ = ["RunLedger", "data_owner", "default_ledger_path", "objective_digest"]
+__all__ = [
+    "RunLedger",
+    "data_owner",
+    "default_ledger_path",
+    "ledger_location",
+    "objective_digest",
+]
 
 LEDGER_HOME_VAR = "FEDXAB_HOME"
 """Environment variable naming the directory of the default lifetime ledger."""
@@ -39,6 +45,15 @@ def default_ledger_path() -> Path:
         data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
         home = str(Path(data) / "fedxab")
     return Path(home) / "privacy-ledger.sqlite"
+
+
+def ledger_location(settings: Any) -> str | None:
+    """Where the releasing parties of a run with ``[privacy]`` ``settings`` keep their ledger:
+    ``ledger``, else with a lifetime budget :func:`default_ledger_path`, else None (in
+    memory)."""
+    if settings.ledger is None and settings.lifetime_epsilon is not None:
+        return str(default_ledger_path())
+    return settings.ledger
 
 
 def objective_digest(objective: Mapping[str, Any]) -> str:
@@ -92,9 +107,7 @@ class RunLedger:
         topic; it names no data owner, as only :meth:`gate` does, so it charges no lifetime
         budget)."""
         settings = config.privacy
-        location = settings.ledger
-        if location is None and settings.lifetime_epsilon is not None:
-            location = str(default_ledger_path())
+        location = ledger_location(settings)
         ledger = PrivacyLedger(path or location or ":memory:", accountant=settings.accountant)
         n_clients = config.federation.clients if config.federation is not None else 1
         return cls(

@@ -1,4 +1,5 @@
-"""fedxab audit: per-client table, one client's history, JSON, another accountant, bad input."""
+"""fedxab audit: per-client table, one client's history, JSON, other accountants side by side,
+lifetime spend per data owner, bad input."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fedxab.privacy.mechanisms import PrivacyEvent
 
 runner = CliRunner()
 EVENT = PrivacyEvent("gaussian", 1.5, 0.2, 1.0, 1)
+WIDE = {"COLUMNS": "240"}  # a terminal wide enough for every column of the tables on one line
 
 
 @pytest.fixture
@@ -52,6 +54,64 @@ def test_another_accountant_and_a_delta_for_clients_without_budget(ledger):
     assert rows[("run-a", 0)]["accountant"] == "moments"
 
 
+def test_several_accountants_side_by_side_the_first_checks_the_budget(ledger):
+    result = runner.invoke(
+        app, ["audit", str(ledger), "--run", "run-a", "--accountant", "moments",
+              "--accountant", "rdp", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for row, releases in zip(json.loads(result.output), (3, 9), strict=True):
+        history = [EVENT] * releases
+        expected = {n: make_accountant(n).epsilon(history, 1e-5) for n in ("moments", "rdp")}
+        assert row["epsilons"] == pytest.approx(expected, rel=1e-12)
+        assert row["epsilon"] == row["epsilons"]["moments"]
+        assert row["remaining"] == pytest.approx(2.0 - expected["moments"])
+    table = runner.invoke(
+        app, ["audit", str(ledger), "--accountant", "moments", "--accountant", "rdp"], env=WIDE
+    )
+    assert table.exit_code == 0 and "epsilon rdp" in table.output
+
+
+@pytest.fixture
+def lifetime_ledger(tmp_path):
+    """Data owner A took part in two runs (3 + 2 releases) under a lifetime budget; B in one."""
+    path = tmp_path / "lifetime.db"
+    with PrivacyLedger(path) as book:
+        book.set_lifetime_budget("client-0/a", Budget(3.0, 1e-5))
+        for run, client, owner, releases in (
+            ("run-a", 0, "client-0/a", 3), ("run-b", 0, "client-0/a", 2),
+            ("run-b", 1, "client-1/b", 1),
+        ):  # fmt: skip
+            book.set_owner(run, client, owner, "objective-x")
+            for phase in range(1, releases + 1):
+                book.record(run, client, phase, EVENT)
+    return path
+
+
+def test_lifetime_spend_per_data_owner_over_its_runs(lifetime_ledger):
+    result = runner.invoke(app, ["audit", str(lifetime_ledger), "--lifetime", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["owner"]: row for row in json.loads(result.output)}
+    spent = make_accountant("rdp").epsilon([EVENT] * 5, 1e-5)  # one scope: 5 releases compose
+    assert rows["client-0/a"] | {"epsilons": None} == {
+        "owner": "client-0/a", "runs": 2, "releases": 5, "delta": 1e-5,
+        "epsilon": pytest.approx(spent), "budget_epsilon": 3.0,
+        "remaining": pytest.approx(3.0 - spent), "over_budget": spent > 3.0,
+        "accountant": "rdp", "epsilons": None,
+    }  # fmt: skip
+    assert rows["client-1/b"]["epsilon"] is None  # no lifetime budget, no delta: not accounted
+    with_delta = runner.invoke(
+        app, ["audit", str(lifetime_ledger), "--lifetime", "--delta", "1e-6", "--json"]
+    )
+    b = {row["owner"]: row for row in json.loads(with_delta.output)}["client-1/b"]
+    assert b["epsilon"] == pytest.approx(make_accountant("rdp").epsilon([EVENT], 1e-6))
+    table = runner.invoke(app, ["audit", str(lifetime_ledger)], env=WIDE)
+    assert table.exit_code == 0
+    per_run, lifetime = table.output.split("lifetime spend per data owner")
+    assert "run-a" in per_run and "client-0/a" in per_run
+    assert "client-0/a" in lifetime and "run-a" not in lifetime
+
+
 def test_one_clients_history_and_the_table(ledger):
     history = runner.invoke(
         app, ["audit", str(ledger), "--run", "run-a", "--client", "1", "--json"]
@@ -72,6 +132,8 @@ def test_one_clients_history_and_the_table(ledger):
         (["--run", "run-z"], "no run 'run-z'"),
         (["--run", "run-a", "--client", "7"], "no release"),
         (["--accountant", "renyi"], "privacy.accountant"),
+        (["--accountant", "rdp", "--accountant", "renyi"], "privacy.accountant"),
+        (["--lifetime", "--run", "run-a"], "leave out --client and --run"),
     ],
 )
 def test_bad_options_are_one_clear_error(ledger, args, message):
