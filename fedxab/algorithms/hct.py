@@ -13,7 +13,10 @@ Expand (Azar et al. 2014), with the spec's resolutions:
 
 Only the pulled node's statistics change on a pull (not its ancestors'), and statistics are a
 running count and sum per node, never a list of rewards. Per-round cost is O(depth), plus an
-O(|tree|) refresh at powers of two.
+O(|tree|) refresh at powers of two. Every expanded node keeps the child OptTraverse steps to from
+it (``best``, updated together with B), UpdateB stops at the first node whose B is unchanged, and
+``log(1/delta~(t+))`` and the thresholds ``tau_h(t)`` are computed once per value of ``t+``: the
+same arithmetic as computing everything afresh every round, so the same run, bit for bit.
 
 Recommendation (``recommend()``, never changes state):
 
@@ -143,6 +146,7 @@ class HCT:
         self.index: list[int] = []
         self.parent: list[int] = []
         self.child0: list[int] = []  # -1 for a leaf
+        self.best: list[int] = []  # the child of largest B (see _children_max); -1 for a leaf
         self.count: list[int] = []  # T_{h,i}
         self.total: list[float] = []  # sum of rewards of x_{h,i}
         self.U: list[float] = []
@@ -155,14 +159,15 @@ class HCT:
         self.t = 0  # number of completed rounds (tells)
         self.reward_sum = 0.0
         self.max_depth = 0
-        self._log_term_cache: dict[int, float] = {}
-        self._tau_cache: dict[int, list[int]] = {}
         self._nu_rho_h: list[float] = []
         self._pending: dict[bytes, list[tuple[int, np.ndarray]]] = {}
         self._last_refresh_tplus = 0
+        self._last_point: np.ndarray | None = None
+        self._last_key = b""
         self.history = array("l")  # node id of each pull (papers' recommendation rule)
         self._history_points: list[np.ndarray] | None = [] if point == "random" else None
 
+        self._use_tplus(1)  # sets _tplus, _log_term, _taus: the quantities of the current t+
         lower, upper = self.partition.root_cell()
         root = self._new_node(0, 1, -1, lower, upper)
         self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded (§1.4)
@@ -170,24 +175,23 @@ class HCT:
     # ----------------------------------------------------------------------------- quantities
     def log_term(self, tp: int) -> float:
         """``log(1/delta~(t+))`` with ``delta~(t) = min(c1 delta / t, 1/2)`` (spec §1.2)."""
-        v = self._log_term_cache.get(tp)
-        if v is None:
-            v = math.log(1.0 / min(self.c1 * self.delta / tp, 0.5))
-            self._log_term_cache[tp] = v
-        return v
+        return math.log(1.0 / min(self.c1 * self.delta / tp, 0.5))
 
     def tau(self, h: int, tp: int) -> int:
         """Expansion threshold ``tau_h(t) = ceil(c^2 log(1/delta~(t+)) rho^(-2h) / nu^2)``."""
-        return self._taus(tp, h)[h]
+        return math.ceil(self.c**2 * self.log_term(tp) / self.nu**2 * self.rho ** (-2 * h))
 
-    def _taus(self, tp: int, h_max: int) -> list[int]:
-        """``[tau_0(t), ..., tau_H(t)]`` for ``H >= h_max``, cached per ``t+``."""
-        taus = self._tau_cache.setdefault(tp, [])
-        if len(taus) <= h_max:
-            scale = self.c**2 * self.log_term(tp) / self.nu**2
-            for h in range(len(taus), h_max + 1):
-                taus.append(math.ceil(scale * self.rho ** (-2 * h)))
-        return taus
+    def _use_tplus(self, tp: int) -> None:
+        """Make ``t+ = tp`` current: ``_log_term`` = ``log(1/delta~(t+))`` and ``_taus`` =
+        ``[tau_0(t), ..., tau_H(t)]`` for the tree's depth H (extended by :meth:`_expand`).
+
+        The round index that ask and tell pass to ``t+`` never decreases (``t+1`` in ask, ``t+1``
+        or ``t`` in tell after ``t`` grew by one), so ``t+`` changes exactly when that index
+        exceeds the current one.
+        """
+        self._tplus = tp
+        self._log_term = self.log_term(tp)
+        self._taus = [self.tau(h, tp) for h in range(self.max_depth + 1)]
 
     def _u_value(self, node: int, log_term: float) -> float:
         """``U = mu + nu rho^h + c sqrt(log(1/delta~)/T)``; +inf if T = 0 or for the root."""
@@ -209,6 +213,7 @@ class HCT:
         self.index.append(i)
         self.parent.append(parent)
         self.child0.append(-1)
+        self.best.append(-1)
         self.count.append(0)
         self.total.append(0.0)
         self.U.append(_INF)
@@ -230,62 +235,77 @@ class HCT:
         for j, lo, up in self.partition.child_cells(h, i, self.lower[node], self.upper[node]):
             self._new_node(h + 1, j, node, lo, up)
         self.child0[node] = first
-        self.max_depth = max(self.max_depth, h + 1)
+        self.best[node] = first  # every child has B = +inf
+        if h + 1 > self.max_depth:
+            self.max_depth = h + 1
+            self._taus.append(self.tau(h + 1, self._tplus))
+
+    def _children_max(self, node: int) -> float:
+        """The largest B among the children of an expanded ``node``; the child that has it (ties
+        to the lowest index, A-11) is recorded in ``best[node]``, the step OptTraverse takes
+        from ``node``. Called whenever a child's B may have changed, so ``best`` is always current.
+        """
+        B, c0 = self.B, self.child0[node]
+        if self.k == 2:
+            j = c0 if B[c0] >= B[c0 + 1] else c0 + 1
+        else:
+            children = B[c0 : c0 + self.k]
+            j = c0 + children.index(max(children))
+        self.best[node] = j
+        return B[j]
 
     def _refresh(self, tp: int) -> None:
         """Step (A): recompute every U with ``delta~(t+)``, then every B bottom-up."""
         lt = self.log_term(tp)
-        U, B, child0, k = self.U, self.B, self.child0, self.k
+        U, B, child0 = self.U, self.B, self.child0
         for node in range(len(U)):
             U[node] = self._u_value(node, lt)
         for node in range(len(U) - 1, -1, -1):  # children have larger ids than their parent
-            c0 = child0[node]
-            if c0 < 0:
-                B[node] = U[node]
-            else:
-                B[node] = min(U[node], max(B[c0 : c0 + k]))
+            B[node] = U[node] if child0[node] < 0 else min(U[node], self._children_max(node))
         self._last_refresh_tplus = tp
 
     def _update_b(self, node: int) -> None:
-        """UpdateB (spec §1.6): the pulled node, then its ancestors from the deepest to the root."""
-        U, B, child0, parent, k = self.U, self.B, self.child0, self.parent, self.k
-        c0 = child0[node]
-        B[node] = U[node] if c0 < 0 else min(U[node], max(B[c0 : c0 + k]))
-        node = parent[node]
+        """UpdateB (spec §1.6): ``B = min(U, max of the children's B)`` for the pulled node, then
+        for its ancestors from the deepest to the root.
+
+        A pull changes the U of the pulled node only (ancestors' U change only at a refresh), and a
+        node's B depends only on its own U and its children's B: once a node's B comes out
+        unchanged, no ancestor's B (nor its choice of child) can change, so the climb stops there.
+        """
+        U, B, child0, parent = self.U, self.B, self.child0, self.parent
         while node >= 0:
-            c0 = child0[node]
-            B[node] = min(U[node], max(B[c0 : c0 + k]))
+            b = U[node] if child0[node] < 0 else min(U[node], self._children_max(node))
+            if b == B[node]:
+                return
+            B[node] = b
             node = parent[node]
 
-    def _traverse(self, tp: int) -> int:
-        """OptTraverse (P1 Algorithm 2): descend by largest B (ties to the lowest index)."""
-        B, child0, count, depth, k = self.B, self.child0, self.count, self.depth, self.k
-        taus = self._taus(tp, self.max_depth)
-        node = 0
-        c0 = child0[0]  # the root is always passed through (T_{0,1} := tau_0 := 1)
-        while c0 >= 0 and (node == 0 or count[node] >= taus[depth[node]]):
-            if k == 2:
-                node = c0 if B[c0] >= B[c0 + 1] else c0 + 1
-            else:
-                children = B[c0 : c0 + k]
-                node = c0 + children.index(max(children))
-            c0 = child0[node]
+    def _traverse(self) -> int:
+        """OptTraverse (P1 Algorithm 2): from the root, which is always passed through
+        (``T_{0,1} := tau_0 := 1``), step to the child of largest B (``best``) until reaching a
+        leaf or a node pulled fewer than ``tau_h(t)`` times."""
+        best, count, taus = self.best, self.count, self._taus
+        node, h = best[0], 1
+        while best[node] >= 0 and count[node] >= taus[h]:
+            node = best[node]
+            h += 1
         return node
-
-    def _maybe_refresh(self, t: int) -> None:
-        tp = t_plus(t)
-        if self.refresh_rule == "paper":
-            if t == tp and self._last_refresh_tplus != tp:
-                self._refresh(tp)
-        elif self._last_refresh_tplus != tp:
-            self._refresh(tp)
 
     # ------------------------------------------------------------------------------- public
     def ask(self) -> np.ndarray:
-        """Steps (A)-(B) of round ``t+1``: refresh if due, then OptTraverse; returns the point."""
+        """Steps (A)-(B) of round ``t+1`` (P1 Algorithm 1): refresh if due, then OptTraverse;
+        returns the point.
+
+        The refresh is due when ``t+`` differs from that of the last refresh and, with the paper's
+        rule, ``t`` is a power of two (``t = t+``).
+        """
         t = self.t + 1
-        self._maybe_refresh(t)
-        node = self._traverse(t_plus(t))
+        if t > self._tplus:
+            self._use_tplus(t_plus(t))
+        tp = self._tplus
+        if tp != self._last_refresh_tplus and (t == tp or self.refresh_rule == "consistent"):
+            self._refresh(tp)
+        node = self._traverse()
         if self._point_rng is None:
             x = self.points[node]
             key = self._point_keys[node]
@@ -295,11 +315,17 @@ class HCT:
             x.setflags(write=False)
             key = x.tobytes()
         self._pending.setdefault(key, []).append((node, x))
+        self._last_point, self._last_key = x, key
         return x
 
     def tell(self, x: np.ndarray | Sequence[float], reward: float) -> None:
-        """Steps (C)-(G): record the reward of a point from :meth:`ask`, update U, B, expand."""
-        key = np.asarray(x, dtype=float).tobytes()
+        """Steps (C)-(G) (P1 Algorithm 1): record the reward of a point from :meth:`ask`, update
+        U and B, expand.
+
+        ``x`` is matched to a pending ask by its bytes; the read-only array the last :meth:`ask`
+        returned is recognised by identity, without converting it again.
+        """
+        key = self._last_key if x is self._last_point else np.asarray(x, dtype=float).tobytes()
         waiting = self._pending.get(key)
         if not waiting:
             raise UnknownPointError(
@@ -310,17 +336,19 @@ class HCT:
         node, point = waiting.pop(0)
         if not waiting:
             del self._pending[key]
-        self.t += 1
+        t = self.t = self.t + 1
         self.history.append(node)
         if self._history_points is not None:
             self._history_points.append(point)
-        self.count[node] += 1
+        count = self.count[node] = self.count[node] + 1
         self.total[node] += r
         self.reward_sum += r
-        tp = t_plus(self.t + 1 if self.next_round else self.t)
-        self.U[node] = self._u_value(node, self.log_term(tp))
+        round_index = t + 1 if self.next_round else t  # of U and the threshold (A-3)
+        if round_index > self._tplus:
+            self._use_tplus(t_plus(round_index))
+        self.U[node] = self._u_value(node, self._log_term)
         self._update_b(node)
-        if self.child0[node] < 0 and self.count[node] >= self.tau(self.depth[node], tp):
+        if self.child0[node] < 0 and count >= self._taus[self.depth[node]]:
             self._expand(node)
 
     def recommend(self) -> np.ndarray:

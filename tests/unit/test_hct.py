@@ -206,3 +206,36 @@ def test_bad_parameters_name_the_field(kwargs, field):
 def test_domain_with_lower_above_upper():
     with pytest.raises(ConfigError, match="lower bound 3.0 >= upper bound 1.0"):
         HCT([[0, 1], [3, 1]])
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("next_round", [True, False])
+def test_cached_quantities_match_a_fresh_computation(k, next_round):
+    """After every tell: B = min(U, max B of the children) everywhere, ``best`` is the child
+    OptTraverse takes (largest B, ties to the lowest index), and the thresholds of the current
+    t+ are tau_h(t) for every depth of the tree."""
+    opt = HCT([[0, 1], [0, 2]], k=k, next_round=next_round, seed=3)
+    rng = np.random.default_rng(3)
+    for _ in range(700):
+        x = opt.ask()
+        opt.tell(x, float(x[0] * (2 - x[1]) + rng.uniform(-0.1, 0.1)))
+        assert opt._taus == [opt.tau(h, opt._tplus) for h in range(opt.max_depth + 1)]
+        for node in range(opt.n_nodes):
+            c0 = opt.child0[node]
+            if c0 < 0:
+                assert opt.best[node] == -1 and opt.B[node] == opt.U[node]
+                continue
+            children = opt.B[c0 : c0 + k]
+            assert opt.best[node] == c0 + children.index(max(children))
+            assert opt.B[node] == min(opt.U[node], max(children))
+
+
+def test_tell_accepts_a_copy_or_a_list_of_the_point():
+    opt = HCT([[0, 1]])
+    x = opt.ask()
+    opt.tell(x.copy(), 0.5)
+    x = opt.ask()
+    opt.tell(x.tolist(), 0.5)
+    assert opt.t == 2
+    with pytest.raises(UnknownPointError):
+        opt.tell(x, 0.5)  # the list told it already
