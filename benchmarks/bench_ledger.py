@@ -11,9 +11,9 @@ clients release in every phase; a few groups joined late and miss the first 1, 2
 phases (:data:`LATE_JOINERS`), so the run has a handful of distinct histories.
 
 Measured: ``PrivacyLedger.spent_all(run, delta)`` for each backend (``rdp``, ``moments``,
-``opacus-rdp``, ``opacus-prv``; the Opacus ones are skipped, with the reason, when Opacus is not
-installed), wall time, median of ``--repeats`` runs. Each run opens the ledger afresh (a new
-connection and a new accountant) after clearing every LRU cache of
+``pld``, ``opacus-rdp``, ``opacus-prv``; the Opacus ones are skipped, with the reason, when
+Opacus is not installed), wall time, median of ``--repeats`` runs. Each run opens the ledger
+afresh (a new connection and a new accountant) after clearing every LRU cache of
 :mod:`fedxab.privacy.accountants`, so nothing is reused between runs. The time spent inside the
 accountant is reported separately (the rest is the SQL query of the ``totals`` view and the
 grouping of clients by history).

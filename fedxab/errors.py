@@ -19,7 +19,13 @@ class ConfigError(FedxabError, ValueError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}")
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
+        """Pickled as its field and message (an accountant's worker process raises it in the
+        parent: :mod:`fedxab.privacy.accountants`)."""
+        return type(self), (self.field, self.message)
 
 
 class InvalidRewardError(FedxabError, ValueError):

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fedxab.privacy.accountants import FALLBACK
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 from fedxab.privacy.mechanisms import PrivacyEvent
@@ -108,7 +109,11 @@ class RunLedger:
         budget)."""
         settings = config.privacy
         location = ledger_location(settings)
-        ledger = PrivacyLedger(path or location or ":memory:", accountant=settings.accountant)
+        ledger = PrivacyLedger(
+            path or location or ":memory:",
+            accountant=settings.accountant,
+            accountant_timeout_s=settings.accountant_timeout_s,
+        )
         n_clients = config.federation.clients if config.federation is not None else 1
         return cls(
             ledger,
@@ -135,11 +140,15 @@ class RunLedger:
     def block(self, clients: Iterable[int], withdrawn: Mapping[int, int]) -> dict[str, Any]:
         """A run's ``privacy`` block: per client (in ``clients`` order) the epsilon spent at
         ``delta`` and the releases recorded; ``withdrawn`` maps a client that dropped out to the
-        phase it refused."""
+        phase it refused. ``accountant_fallbacks``: the accountant's computations so far (the
+        run's budget checks and this block) that ran out of time and were answered by
+        ``fallback_accountant`` (None if none was: :mod:`fedxab.privacy.accountants`)."""
         ids = list(clients)
         epsilon = self.ledger.spent_all(self.run, self.delta)
         releases = self.ledger.releases_all(self.run)
         per_client = [float(epsilon.get(m, 0.0)) for m in ids]
+        by_phase = self.epsilon_by_phase(ids)
+        fallbacks = self.ledger.accountant.fallbacks
         return {
             "accountant": self.ledger.accountant.name,
             "run_id": self.run,
@@ -152,7 +161,9 @@ class RunLedger:
             "epsilon": per_client,
             "releases": [int(releases.get(m, 0)) for m in ids],
             "withdrawn": {str(m): int(p) for m, p in sorted(withdrawn.items())},
-            "epsilon_by_phase": self.epsilon_by_phase(ids),
+            "epsilon_by_phase": by_phase,
+            "accountant_fallbacks": fallbacks,
+            "fallback_accountant": FALLBACK if fallbacks else None,
         }
 
     def epsilon_by_phase(self, clients: Iterable[int]) -> list[list[float]]:

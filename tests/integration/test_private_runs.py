@@ -26,6 +26,7 @@ from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import GaussianMechanism
 from fedxab.privacy.mirror import rebuild_ledger, release_record
+from fedxab.privacy.run_ledger import RunLedger
 
 SEED = 2
 EPSILON, PRIVACY_DELTA = 0.5, 1e-3
@@ -191,10 +192,30 @@ def test_privacy_settings_are_checked():
         _config({"budget_epsilon": 0})
     with pytest.raises(ConfigError, match="privacy.delta"):
         _config({"delta": 1.0})
+    for timeout_s in (0, -1.5, float("inf"), "60"):
+        with pytest.raises(ConfigError, match="privacy.accountant_timeout_s"):
+            _config({"accountant_timeout_s": timeout_s})
     with pytest.raises(ConfigError, match="releases nothing private"):
         config_from_dict({"algorithm": {"name": "fedpne"}, "privacy": {}})
     with pytest.raises(ConfigError, match="algorithm.composition"):
         Federation(_config(composition="both"), SEED)
+
+
+def test_the_pld_accountant_in_a_run_and_its_time_limit():
+    rdp = Federation(_config(), SEED).run().privacy
+    pld = Federation(_config({"accountant": "pld"}), SEED).run().privacy
+    assert pld["accountant"] == "pld" and pld["releases"] == rdp["releases"]
+    assert (pld["accountant_fallbacks"], pld["fallback_accountant"]) == (0, None)
+    assert all(p < r for p, r in zip(pld["epsilon"], rdp["epsilon"], strict=True))
+    # every computation out of time: each answered by rdp, and reported
+    config = _config({"accountant": "pld", "accountant_timeout_s": 1e-3})
+    run_ledger = RunLedger.from_config(config, "r")
+    assert run_ledger.ledger.accountant.timeout_s == 1e-3
+    run_ledger.close()
+    slow = Federation(config, SEED).run().privacy
+    assert slow["accountant_fallbacks"] > 0 and slow["fallback_accountant"] == "rdp"
+    assert slow["epsilon"] == rdp["epsilon"]
+    assert slow["epsilon_by_phase"] == rdp["epsilon_by_phase"]
 
 
 def test_on_kafka_the_ledger_topic_rebuilds_the_ledger_for_fedxab_audit(dev_broker, tmp_path):
