@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 
 __all__ = [
+    "DEFAULT_FETCH_MAX_WAIT_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_FETCH_MAX_WAIT_MS",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "TOPIC_KINDS",
@@ -47,6 +49,7 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "Subscription",
+    "check_fetch_max_wait_ms",
     "check_max_message_bytes",
     "check_record_size",
     "refuse_oversize_publish",
@@ -60,6 +63,11 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 """SASL mechanisms fedxab passes to the Kafka client."""
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 """Kafka's default largest record (``message.max.bytes``, ``max_request_size``): 1 MiB."""
+DEFAULT_FETCH_MAX_WAIT_MS = 25
+"""How long a Kafka read waits at the broker for records, in ms (``[broker] fetch_max_wait_ms``;
+Kafka clients' default is 500: :mod:`fedxab.broker.kafka`, Latency)."""
+MAX_FETCH_MAX_WAIT_MS = 10_000
+"""The longest wait accepted (well under the Kafka client's 40 s request timeout)."""
 
 
 class BrokerError(FedxabError, ConnectionError):
@@ -77,6 +85,19 @@ def check_max_message_bytes(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(
             "broker.max_message_bytes", f"must be a positive number of bytes, got {value!r}"
+        )
+    return value
+
+
+def check_fetch_max_wait_ms(value: object) -> int:
+    """``value`` if it is an int from 1 to :data:`MAX_FETCH_MAX_WAIT_MS`, else
+    :class:`ConfigError` naming the setting (0 would make every idle reader ask without pause)."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or not 1 <= value <= MAX_FETCH_MAX_WAIT_MS:
+        raise ConfigError(
+            "broker.fetch_max_wait_ms",
+            f"must be a whole number of milliseconds from 1 to {MAX_FETCH_MAX_WAIT_MS:,}, "
+            f"got {value!r}",
         )
     return value
 

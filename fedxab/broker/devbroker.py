@@ -13,8 +13,13 @@ Behaviour of this broker worth knowing (Tansu 0.6 with aiokafka 0.14):
 - topics, keys, consumer groups, manual commits, rebalancing and resuming from a committed offset
   work; idempotent and transactional producers do not (``InitProducerId`` fails), which is why
   :class:`fedxab.broker.kafka.KafkaBroker` never enables them;
+- a Fetch that finds no record waits without looking again until its ``max_wait_ms`` is over
+  (a wait of 250 ms or more is looked at again at its half), so records published meanwhile
+  reach the reader up to that late: Kafka clients' default of 500 ms made every hop about
+  250 ms; :class:`fedxab.broker.kafka.KafkaBroker` waits 25 ms (``[broker] fetch_max_wait_ms``);
 - a consumer's JoinGroup is answered after about half its session timeout, so joining a group
-  takes ~3 s with a 6 s session timeout (~1 s with 2 s);
+  takes ~3 s with a 6 s session timeout (~1 s with 2 s), which is why fedxab's readers do not
+  join groups by default (``[broker] join_groups``);
 - the first time a group is joined again after its only member left, the broker still counts the
   departed member, and the new member waits for it to expire (one extra session timeout) before
   it gets its partitions; later generations join in the normal time.

@@ -171,6 +171,8 @@ def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
             security=kafka_security(settings),
             max_message_bytes=settings.max_message_bytes,
             unreachable_s=settings.unreachable_s,
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+            join_groups=settings.join_groups,
         )
     raise ConfigError(
         "broker.url", f"must be memory://, inprocess:// or kafka://HOST:PORT, got {url!r}"

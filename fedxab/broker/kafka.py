@@ -7,9 +7,11 @@
 - topics are created with ``partitions`` partitions (broadcast topics: one) and replication
   factor 1, before the first publish or subscription that names them (as the in-memory broker
   does), so that a broker's auto-creation defaults never decide the partition count;
-- a subscription with a group is a consumer of that group without auto-commit, starting at the
-  group's committed offset or at the beginning (a group that never committed); a subscription
-  without a group is assigned every partition of the topic and seeks to the beginning.
+- a subscription reads every partition of the topic. With a group it starts at the group's
+  committed offset (at the beginning if the group never committed) and commits to it by hand,
+  without joining it unless ``join_groups`` (see Group timing); without a group it starts at the
+  beginning and never commits;
+- each read asks the broker to wait at most ``fetch_max_wait_ms`` for records (see Latency).
 
 Liveness. A request that fails (connect, publish, create topics) is retried, waiting
 ``reconnect_backoff`` seconds and doubling the wait up to ``reconnect_backoff_max``, until the
@@ -23,11 +25,25 @@ run's records are gone); consumers never reset a lost position silently
 seen and wait forever. The agents stop with it; a server restarted with its checkpoint resumes the
 run (its broadcasts are published again on the new log).
 
-Group timing: consumers use ``session_timeout_ms`` (default 6000, the smallest session timeout
-Apache Kafka accepts by default) with a heartbeat every third of it. A consumer whose event loop
-is blocked for longer than the session timeout leaves its group; its uncommitted records go to the
-next member. The dev broker answers a JoinGroup after about half the session timeout
-(:mod:`fedxab.broker.devbroker`), so tests use a shorter one.
+Group timing. A group is only where the server keeps its committed offsets of the report topic:
+one reader per run, which needs none of Kafka's group membership. Joining a group costs seconds
+before the first record (Apache Kafka delays the first join of an empty group by
+``group.initial.rebalance.delay.ms``, 3 s by default; the dev broker answers a JoinGroup after
+half the session timeout; a member that died is waited for until its session expires), so by
+default a subscription is assigned the partitions itself and only reads and writes the group's
+offsets. With ``join_groups=True`` (``[broker] join_groups``) it joins instead: the partitions
+are shared among the group's live members and rebalanced as they come and go, with
+``session_timeout_ms`` (default 6000, the smallest session timeout Apache Kafka accepts by
+default) and a heartbeat every third of it; a member whose event loop is blocked for longer than
+that leaves the group, and its uncommitted records go to the next member.
+
+Latency. A read waits at the broker for at most ``fetch_max_wait_ms`` (``[broker]
+fetch_max_wait_ms``, default :data:`DEFAULT_FETCH_MAX_WAIT_MS`). Apache Kafka answers a waiting
+read as soon as a record arrives, so there the setting only sets how often an idle reader asks
+(once per wait); the dev broker answers a read that finds no record only once the wait is over,
+even if records arrive meanwhile (:mod:`fedxab.broker.devbroker`), so there the setting bounds
+the delay of every hop of a phase: with Kafka clients' default of 500 ms, a phase (broadcast,
+then reports) took about 0.26 s on the dev broker, against a few milliseconds of work.
 
 TLS and SASL are configured with ``security`` (:func:`security_options`).
 
@@ -66,6 +82,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 
 from fedxab.broker.base import (
+    DEFAULT_FETCH_MAX_WAIT_MS,
     DEFAULT_MAX_MESSAGE_BYTES,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
@@ -73,6 +90,7 @@ from fedxab.broker.base import (
     BrokerError,
     Record,
     Subscription,
+    check_fetch_max_wait_ms,
     check_max_message_bytes,
     refuse_oversize_publish,
 )
@@ -237,6 +255,8 @@ class KafkaBroker(Broker):
         reconnect_backoff: float = 0.5,
         reconnect_backoff_max: float = 8.0,
         session_timeout_ms: int = 6000,
+        join_groups: bool = False,
+        fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
@@ -249,10 +269,13 @@ class KafkaBroker(Broker):
         _positive("broker.reconnect_backoff", reconnect_backoff)
         _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
         _positive("broker.session_timeout_ms", session_timeout_ms, integer=True)
+        check_fetch_max_wait_ms(fetch_max_wait_ms)
         self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.bootstrap_servers = bootstrap_servers
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
+        self.join_groups = join_groups
+        self.fetch_max_wait_ms = fetch_max_wait_ms
         self._client_options: dict[str, Any] = {
             "bootstrap_servers": bootstrap_servers,
             "client_id": client_id,
@@ -263,6 +286,7 @@ class KafkaBroker(Broker):
         self._backoff_max = reconnect_backoff_max
         self._producer: AIOKafkaProducer | None = None
         self._start_lock = asyncio.Lock()
+        self._metadata_lock = asyncio.Lock()
         self._known_topics: set[str] = set()
         self._subscriptions: set[_KafkaSubscription] = set()
 
@@ -356,6 +380,8 @@ class KafkaBroker(Broker):
         unique = list(dict.fromkeys(names))  # Kafka rejects a request naming a topic twice
         await self._ready_producer()
         await self._retry(f"create topics {unique}", lambda: self._create_topics(unique))
+        for name in unique:  # the producer knows them before anything is published
+            await self.partitions_of(name)
         self._known_topics.update(unique)
 
     async def _ensure_topics(self, names: Iterable[str]) -> None:
@@ -365,11 +391,15 @@ class KafkaBroker(Broker):
             await self.create_topics(missing)
 
     async def partitions_of(self, topic: str) -> list[int]:
-        """The partition numbers of ``topic`` (waiting for the cluster's metadata to list it)."""
+        """The partition numbers of ``topic`` (waiting for the cluster's metadata to list it).
+
+        One topic at a time: the Kafka client, asked about a new topic while it is updating
+        its metadata for another, can miss the new one and wait 100 ms to ask again."""
         producer = await self._ready_producer()
-        partitions = await self._retry(
-            f"read the metadata of topic {topic!r}", lambda: producer.partitions_for(topic)
-        )
+        async with self._metadata_lock:
+            partitions = await self._retry(
+                f"read the metadata of topic {topic!r}", lambda: producer.partitions_for(topic)
+            )
         return sorted(partitions)
 
     async def publish(self, topic: str, key: str | None, value: bytes) -> None:
@@ -417,36 +447,56 @@ class KafkaBroker(Broker):
         return subscription
 
     async def _open_consumer(self, topic: str, group: str | None) -> AIOKafkaConsumer:
-        """A started consumer of ``topic`` (see the module docstring for the two kinds)."""
+        """A started consumer of ``topic`` (see the module docstring for the kinds)."""
         await self._ensure_topics([topic])
         partitions = await self.partitions_of(topic)
+        joins = group is not None and self.join_groups
+        membership = (
+            {
+                "session_timeout_ms": self.session_timeout_ms,
+                "heartbeat_interval_ms": max(1, self.session_timeout_ms // 3),
+            }
+            if joins
+            else {}
+        )
 
         async def attempt() -> AIOKafkaConsumer:
-            if group is None:
-                consumer = AIOKafkaConsumer(
-                    enable_auto_commit=False, auto_offset_reset="none", **self._client_options
-                )
-            else:
-                consumer = AIOKafkaConsumer(
-                    topic,
-                    group_id=group,
-                    enable_auto_commit=False,
-                    auto_offset_reset="none",  # a lost log is an error, see _out_of_range
-                    session_timeout_ms=self.session_timeout_ms,
-                    heartbeat_interval_ms=max(1, self.session_timeout_ms // 3),
-                    **self._client_options,
-                )
+            consumer = AIOKafkaConsumer(
+                *([topic] if joins else []),
+                group_id=group,
+                enable_auto_commit=False,
+                auto_offset_reset="none",  # a lost log is an error, see _out_of_range
+                fetch_max_wait_ms=self.fetch_max_wait_ms,
+                **membership,
+                **self._client_options,
+            )
             try:
                 await consumer.start()
-                if group is None:
-                    consumer.assign([TopicPartition(topic, p) for p in partitions])
-                    await consumer.seek_to_beginning()
+                if not joins:
+                    await _assign(consumer, [TopicPartition(topic, p) for p in partitions], group)
             except BaseException:
                 await consumer.stop()
                 raise
             return consumer
 
         return await self._retry(f"subscribe to topic {topic!r}", attempt)
+
+
+async def _assign(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], group: str | None
+) -> None:
+    """Assign ``partitions`` to ``consumer``, each at ``group``'s committed offset, or at the
+    beginning (no group, or a group that never committed there). The offsets are asked for
+    before the assignment: the consumer would otherwise ask before it knows the group's
+    coordinator, fail, and wait 100 ms to ask again."""
+    committed = {tp: await consumer.committed(tp) for tp in partitions} if group else {}
+    consumer.assign(partitions)
+    fresh = [tp for tp in partitions if committed.get(tp) is None]
+    for tp, offset in committed.items():
+        if offset is not None:
+            consumer.seek(tp, offset)
+    if fresh:
+        await consumer.seek_to_beginning(*fresh)
 
 
 class _KafkaSubscription(Subscription):
@@ -493,7 +543,8 @@ class _KafkaSubscription(Subscription):
                     self._verify_short_logs(consumer, ends, following, verifying, interval)
                     checked = time.monotonic()
                 try:
-                    message = await asyncio.wait_for(consumer.getone(), interval)
+                    async with asyncio.timeout(interval):  # unlike wait_for, no task per read
+                        message = await consumer.getone()
                 except TimeoutError:
                     continue
                 except ConsumerStoppedError:

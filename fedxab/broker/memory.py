@@ -3,9 +3,10 @@
 Every topic is one append-only partition (partition 0) of ``(key, value)`` records kept in memory.
 Consumer groups keep a committed offset per topic; a subscription with a group starts at that
 offset, so records a consumer read but did not commit are delivered again after it restarts
-(at-least-once), exactly as with Kafka. As with a one-partition Kafka topic, one consumer of a
-group reads at a time: a new subscription of the same group takes the partition over and the
-older one's iteration ends. A subscription without a group reads the whole topic from offset 0.
+(at-least-once), exactly as with Kafka. As with a one-partition Kafka topic whose readers join
+their group (``[broker] join_groups``), one consumer of a group reads at a time: a new
+subscription of the same group takes the partition over and the older one's iteration ends. A
+subscription without a group reads the whole topic from offset 0.
 
 Records are never copied on read (values are immutable ``bytes``). The broker lives as long as the
 object: "restarting" a consumer means closing its subscription and subscribing again.

