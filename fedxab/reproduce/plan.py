@@ -59,6 +59,18 @@ class Plan:
     """The overrides given (``seeds``, ``budget``, ``clients``), for the command line echo."""
 
     @property
+    def make_args(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`make_plan` that make this plan again (with its
+        experiment's name)."""
+        return {
+            "seeds": self.seeds,
+            "budget": self.overrides.get("budget"),
+            "clients": self.clients,
+            "output": self.output,
+            "figure": self.figure,
+        }
+
+    @property
     def command_line(self) -> str:
         """The ``fedxab reproduce`` command for this plan, without paths."""
         args = ["fedxab", "reproduce", self.experiment.name]
@@ -138,6 +150,8 @@ def make_plan(
             "algorithm": dict(entry.algorithm),
             "federation": {"clients": m, "heterogeneity": exp.heterogeneity},
         }
+        if not exp.global_regret:
+            table["federation"]["global_regret"] = False
         if entry.privacy is not None:
             table["privacy"] = dict(entry.privacy)
         config = config_from_dict(table, validate=validate)
@@ -193,14 +207,11 @@ def pilot(
     evaluations hit the SVM cache) and local HCT on the synthetic functions.
 
     Experiments with ``pilot_clients`` (the Thompson-sampling ones: T of only 50 or 70) instead
-    time a run at the full budget with ``C = pilot_clients`` clients and scale it to M: linearly
-    (every agent does the same work), or, with ``pilot_quadratic``, by ``a M + c M^2`` (a, c >= 0)
-    fitted through a second run with C / 2 clients: the global regret evaluates the global
-    objective at every agent's point, and on landmine that is the mean of all M fields (M SVM
-    fits per evaluation; a linear extrapolation from 6 agents underestimated the full 29-agent
-    run 2.5-fold, the fit from 3 and 6 agents was within 5 %). The run time hardly depends on q
-    and z, so one entry per algorithm is timed and the others share its estimate. With M <= C,
-    one run with M clients is timed and is the estimate.
+    time a run at the full budget with ``C = pilot_clients`` clients and scale it linearly to M
+    (every agent does the same work; on landmine only because those runs leave out the global
+    regret, whose M SVM fits per evaluation would make it quadratic). The run time hardly
+    depends on q and z, so one entry per algorithm is timed and the others share its estimate.
+    With M <= C, one run with M clients is timed and is the estimate.
     """
     out: dict[str, PilotTiming] = {}
     if plan.experiment.pilot_clients is not None:
@@ -241,27 +252,11 @@ def _with_clients(config: Any, clients: int) -> Any:
 
 
 def _pilot_clients(plan: Plan, pe: PlannedEntry) -> PilotTiming:
-    """Seed 0 of ``pe`` at the full budget with C = ``pilot_clients`` clients (and C / 2 for a
-    quadratic fit), extrapolated to M (see :func:`pilot`)."""
+    """Seed 0 of ``pe`` at the full budget with C = ``pilot_clients`` clients, extrapolated
+    linearly to M (see :func:`pilot`)."""
     m = pe.config.federation.clients
     large = min(m, plan.experiment.pilot_clients or m)
-    small = max(1, large // 2)
+    setup, run = _timed(_with_clients(pe.config, large))
+    estimate = setup + run * m / large
     budgets = (plan.budget, plan.budget)
-    if large == m or small == large or not plan.experiment.pilot_quadratic:
-        setup, run = _timed(_with_clients(pe.config, large))
-        estimate = setup + run * m / large
-        return PilotTiming(pe.entry.key, budgets, setup, (run, run), 1.0, estimate, (large, large))
-    _, run_small = _timed(_with_clients(pe.config, small))
-    setup, run_large = _timed(_with_clients(pe.config, large))
-    # run(C) = a C + c C^2 through both points; a, c >= 0
-    c = (run_large / large - run_small / small) / (large - small)
-    a = run_large / large - c * large
-    if c < 0:
-        a, c = run_large / large, 0.0
-    elif a < 0:
-        a, c = 0.0, run_large / large**2
-    estimate = setup + a * m + c * m * m
-    exponent = math.log(estimate / max(setup + run_large, 1e-9)) / math.log(m / large)
-    return PilotTiming(
-        pe.entry.key, budgets, setup, (run_small, run_large), exponent, estimate, (small, large)
-    )
+    return PilotTiming(pe.entry.key, budgets, setup, (run, run), 1.0, estimate, (large, large))

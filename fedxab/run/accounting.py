@@ -142,6 +142,7 @@ def check_budgets_used(used: np.ndarray, expected: np.ndarray) -> None:
 
 
 def federated_record(
+    run_id: str,
     seed: int,
     family: ClientFamily | None,
     sums: RegretSums,
@@ -178,6 +179,7 @@ def federated_record(
         wall,
     )
     return RunRecord(
+        run_id=run_id,
         seed=seed,
         rounds=rounds,
         cumulative_regret=cum,

@@ -100,13 +100,15 @@ def client_family(
     return ClientFamily(global_objective=None, clients=clients, kind="user")  # type: ignore[arg-type]
 
 
-def regret_known(family: ClientFamily | None) -> tuple[bool, bool]:
-    """Whether the global and the local (per-client) regret can be measured: the optima are
-    known (a simulation). Never for a user's objective."""
+def regret_known(family: ClientFamily | None, config: Config) -> tuple[bool, bool]:
+    """Whether the global and the local (per-client) regret are measured: the optima are known
+    (a simulation; never for a user's objective), and for the global one, ``[federation]
+    global_regret`` asks for it."""
     if family is None or family.global_objective is None:
         return False, False
     local = all(c is not None and c.optimum_value is not None for c in family.clients)
-    return family.global_objective.optimum_value is not None, local
+    wanted = config.federation is None or config.federation.global_regret is not False
+    return wanted and family.global_objective.optimum_value is not None, local
 
 
 @dataclasses.dataclass
@@ -189,16 +191,24 @@ def build_run(
                 global_values=shared,
                 keep_points=keep_points,
                 direction=config.objective.direction,
+                global_regret=regret_known(family, config)[0],
             )
             for m in ids
         }
         client_session = ClientSession(dict(zip(ids, clients, strict=True)), evaluators)
     server_session = None
     if server:
-        global_known, local_known = regret_known(family)
+        global_known, local_known = regret_known(family, config)
         sums = RegretSums(n_clients, budget, global_known=global_known, local_known=local_known)
         server_session = ServerSession(
-            name, machine, seed=seed, n_clients=n_clients, budget=budget, family=family, sums=sums
+            name,
+            machine,
+            run_id=run_id,
+            seed=seed,
+            n_clients=n_clients,
+            budget=budget,
+            family=family,
+            sums=sums,
         )
     return RunParts(server_session, client_session, run_ledger, gates, family)
 

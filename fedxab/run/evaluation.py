@@ -72,17 +72,18 @@ class GlobalValues:
 
 def _local_function(
     family: ClientFamily, m: int
-) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
-    """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset); ``f(X)``
-    is None for a user family (no global objective)."""
+) -> tuple[Callable[[np.ndarray, np.ndarray | None], np.ndarray], bool]:
+    """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset), and
+    whether it reads ``f(X)`` (else ``f(X)`` may be None: a user family, or a run that does not
+    measure the global regret)."""
     obj = family.clients[m]
     glob = family.global_objective
     if glob is not None and obj is glob:
-        return lambda X, g: g
+        return (lambda X, g: g), True
     if isinstance(obj, OffsetObjective) and obj.base is glob:
         offset = obj.offset
-        return lambda X, g: g + offset
-    return lambda X, g: obj(X)
+        return (lambda X, g: g + offset), True
+    return (lambda X, g: obj(X)), False
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ class ClientEvaluator:
     """Client m's ``evaluate(X)``: noisy rewards of ``f_m`` on the batch, regret terms kept
     where the optima are known (a simulation), and what the client observed always
     (:attr:`observed`, :mod:`fedxab.run.outcome`). A user family (no global objective)
-    evaluates only the client's own function."""
+    evaluates only the client's own function, and so does a run without ``global_regret``
+    unless ``f_m`` is computed from the global objective's values."""
 
     def __init__(
         self,
@@ -185,16 +187,19 @@ class ClientEvaluator:
         global_values: GlobalValues | None = None,
         keep_points: bool = False,
         direction: str = "maximize",
+        global_regret: bool = True,
     ) -> None:
         self.client = m
         self.budget = budget
         self.used = 0
         self._rng = stream(seed, "noise", m)
         self._sample = noise.sample
-        self._local = _local_function(family, m)
+        self._local, reads_global = _local_function(family, m)
         glob = family.global_objective
+        if glob is None or not (global_regret or reads_global):
+            glob = None
         self._global = None if glob is None else global_values or GlobalValues(glob)
-        self._f_star = None if glob is None else glob.optimum_value
+        self._f_star = None if glob is None or not global_regret else glob.optimum_value
         self._fm_star = family.clients[m].optimum_value
         self.observed = ObservedBest(m, budget, direction)
         """What the client observed: its best reward so far (:class:`ObservedBest`)."""

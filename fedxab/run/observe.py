@@ -246,7 +246,7 @@ def start_run(
 ) -> None:
     """Tell ``observer`` that run ``run_id`` of ``config`` starts, seen by a party that observes
     ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
-    global_known, local_known = regret_known(family)
+    global_known, local_known = regret_known(family, config)
     observer.start_run(
         run_id=run_id,
         algorithm=config.algorithm.name,

@@ -90,6 +90,7 @@ class ServerSession:
         algorithm: str,
         server: Any,
         *,
+        run_id: str,
         seed: int,
         n_clients: int,
         budget: int,
@@ -98,6 +99,7 @@ class ServerSession:
     ) -> None:
         self.algorithm = algorithm
         self.server = server
+        self.run_id = run_id
         self.seed = seed
         self.n_clients = n_clients
         self.budget = budget
@@ -227,6 +229,7 @@ class ServerSession:
         phases = [self.counted(p) for p in self.phases]
         recommendation = np.asarray(finished.recommendation, dtype=np.float64).reshape(-1).copy()
         return federated_record(
+            self.run_id,
             self.seed,
             self.family,
             sums,

@@ -182,6 +182,36 @@ def test_shift_heterogeneity_measures_local_regret_against_each_client_optimum()
     assert not np.allclose(rec.local_cumulative_regret, rec.cumulative_regret)
 
 
+@pytest.mark.parametrize(("heterogeneity", "global_calls"), [("shift", 0), ("offset", None)])
+def test_without_global_regret_the_run_and_its_local_regret_are_unchanged(
+    heterogeneity, global_calls, monkeypatch
+):
+    """``[federation] global_regret = false``: the same pulls, rewards and local regret, no
+    global curves, and the global objective is evaluated only where f_m is computed from it
+    (value offsets); with input shifts never."""
+    from fedxab.run.evaluation import GlobalValues
+
+    calls = []
+    evaluate = GlobalValues.__call__
+    monkeypatch.setattr(
+        GlobalValues, "__call__", lambda self, X: calls.append(1) or evaluate(self, X)
+    )
+    base = _config(3, 400, objective="himmelblau", heterogeneity=heterogeneity).to_dict()
+    base["federation"]["global_regret"] = False
+    off = Federation(config_from_dict(base), 2, keep_points=True)
+    rec_off = off.run()
+    off_calls = len(calls)
+    on = Federation(_config(3, 400, objective="himmelblau", heterogeneity=heterogeneity), 2,
+                    keep_points=True)  # fmt: skip
+    rec_on = on.run()
+    for a, b in zip(off.points, on.points, strict=True):
+        np.testing.assert_array_equal(np.concatenate(a), np.concatenate(b))
+    np.testing.assert_array_equal(rec_off.local_cumulative_regret, rec_on.local_cumulative_regret)
+    np.testing.assert_array_equal(rec_off.local_simple_regret, rec_on.local_simple_regret)
+    assert rec_off.global_simple_regret is None and rec_on.global_simple_regret is not None
+    assert off_calls == (len(calls) - off_calls if global_calls is None else global_calls)
+
+
 def test_no_heterogeneity_gives_equal_local_and_global_regret():
     rec = run_federated(_config(3, 500, heterogeneity="none"), seed=0)
     np.testing.assert_array_equal(rec.local_cumulative_regret, rec.cumulative_regret)

@@ -257,7 +257,45 @@ def test_tiny_pfpne_landmine_run(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     for key in ("pfpne", "fedpne", "local-hct", "fed1ucb"):
         res = load_results(out / key / "results.json")
-        assert res.config["federation"] == {"clients": 2, "heterogeneity": "fields"}
+        assert res.config["federation"] == {
+            "clients": 2, "heterogeneity": "fields", "global_regret": False
+        }  # fmt: skip
+        assert res.runs[0].local_cumulative_regret is not None
+        assert res.runs[0].global_simple_regret is None  # the figure needs the local one only
         assert res.runs[0].evaluations == 2 * 40
         assert "data_path" not in res.config["objective"]  # no path outside the repository
     assert (out / "pfpne-landmine.png").stat().st_size > 5_000
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("fedpne-garland", {"seeds": 2, "budget": 300, "clients": 2}),
+        ("parallel-garland", {"seeds": 1, "budget": 256}),  # simple_regret.json read back too
+    ],
+)
+def test_jobs_run_entries_in_worker_processes_with_the_same_results(name, args, tmp_path):
+    from fedxab.reproduce import run_plan
+
+    one = run_plan(make_plan(name, output=tmp_path / "one", **args))
+    heard = []
+    two = run_plan(
+        make_plan(name, output=tmp_path / "two", **args),
+        lambda pe, k, done, horizon, **_: heard.append((pe.entry.key, k, done, horizon)),
+        jobs=2,
+    )
+    assert [r.planned.entry.key for r in two] == [r.planned.entry.key for r in one]
+    for a, b in zip(one, two, strict=True):
+        runs_a = [{**r.to_dict(), "wall_time_s": None} for r in a.results.runs]
+        runs_b = [{**r.to_dict(), "wall_time_s": None} for r in b.results.runs]
+        assert runs_a == runs_b
+        assert b.planned.results_path.is_file() and str(tmp_path / "two") in str(
+            b.planned.results_path
+        )
+        if a.simple_regret is not None:
+            np.testing.assert_array_equal(a.simple_regret, b.simple_regret)
+    seeds = args["seeds"]
+    assert sorted(heard) == sorted(
+        (r.planned.entry.key, seeds - 1, r.planned.config.run.budget,
+         r.planned.config.run.budget) for r in one
+    )  # fmt: skip

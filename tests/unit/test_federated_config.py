@@ -92,7 +92,11 @@ def test_single_agent_algorithm_with_federation_section_is_an_error():
             "federation.heterogeneity_scale",
             "no effect",
         ),
-        ({"client": 3}, "federation.client", "clients, field_assignment, heterogeneity"),
+        (
+            {"client": 3},
+            "federation.client",
+            "clients, field_assignment, global_regret, heterogeneity",
+        ),
         ({"field_assignment": "random"}, "federation.field_assignment", '"fields"'),
         (
             {"heterogeneity": "fields", "field_assignment": "shuffled"},
