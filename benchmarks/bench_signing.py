@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Message signing's cost on the Kafka Fed-PNE benchmark (issue 8).
+"""Message signing's cost on the Kafka Fed-PNE benchmark: unsigned, HMAC and Ed25519 (issues 8, 17).
 
 The job is the Kafka speed job of ``bench_transports.py``: Fed-PNE (practical preset) on Garland
 with value offsets, M = 100 clients, T = 10^4 evaluations each, seed 0, the server agent and one
@@ -7,31 +7,33 @@ client agent hosting every client in this process, on Kafka (a dev broker on loo
 this script; every run under a fresh namespace, i.e. fresh topics). Measured side by side in one
 run of this script:
 
-1. **Wall time, signing off and on**: the job with ``[security] sign = false`` and with
-   ``sign = true`` (``keys_dir``: the key files of :func:`fedxab.security.keys.generate_keys`,
-   what ``fedxab keys generate`` writes, in a temporary directory), interleaved (off, on, off,
-   on, ...) after ``--warmups`` untimed runs of each (default 1), ``gc.collect()`` before each;
-   median [min–max] of ``--repeats`` runs (default 3) and the ratio on/off of the medians. Every
-   run's results (the run record without its wall time) must be identical: signing must not
-   change them.
-2. **Direct cost**: during every run, each call the agents make to the signing functions of
-   :mod:`fedxab.security.signing` (signing: ``seal``, ``seal_for_every_client``; verifying:
-   ``open_signed``) is counted and timed where it happens (``time.perf_counter`` around the call)
-   and its arguments are kept. After the runs, the last signed run's calls are made again in a
-   tight loop on the same arguments (the run's actual messages, keys and sessions), ``--repeats``
-   times: the median is the time spent signing and verifying every message of one run, without
-   the run's scheduling noise (a call timed inside the run may include waiting for the GIL held
-   by another thread). Its share of the unsigned run's median wall time is the acceptance figure;
-   the in-run timing and the wall-time ratio, noisier, are reported beside it. ``open_signed``
-   also decodes the inner envelope, which an unsigned receiver does too, so the share overstates
-   the cost a little. The replayed signatures must equal the ones the run published. A third
-   table splits the calls, wire bytes and replay times by envelope kind.
+1. **Wall time, unsigned, HMAC and Ed25519**: the job with ``[security] sign = false``, and with
+   ``sign = true`` under each scheme (``keys_dir``: what ``fedxab keys generate`` writes, in a
+   temporary directory: ``client-N.key`` files for HMAC, ``private/`` and ``public/`` key pairs
+   for Ed25519; the scheme is detected from the directory), interleaved (off, hmac, ed25519,
+   off, ...) after ``--warmups`` untimed runs of each (default 1), ``gc.collect()`` before each;
+   median [min–max] of ``--repeats`` runs (default 3) and the ratio to unsigned of the medians.
+   Every run's results (the run record without its wall time) must be identical: signing must
+   not change them.
+2. **Direct cost, per scheme**: during every run, each call the agents make to a
+   :class:`fedxab.security.signing.Signer` (signing: ``seal``, ``seal_about``,
+   ``seal_for_every_client``; verifying: ``open``) is counted and timed where it happens
+   (``time.perf_counter`` around the call) and its arguments are kept. After the runs, each
+   scheme's last signed run's calls are made again in a tight loop on the same arguments (the
+   run's actual messages, keys and sessions), ``--repeats`` times: the median is the time spent
+   signing and verifying every message of one run, without the run's scheduling noise (a call
+   timed inside the run may include waiting for the GIL held by another thread). Its share of the
+   unsigned run's median wall time is the acceptance figure (target: under 5%); the in-run
+   timing and the wall-time ratio, noisier, are reported beside it. ``open`` also decodes the
+   inner envelope, which an unsigned receiver does too, so the share overstates the cost a
+   little. The replayed signatures must equal the ones the run published (both schemes are
+   deterministic). A third table splits the calls, wire bytes and replay times by scheme and
+   envelope kind: a broadcast carries M x 32 bytes of HMAC tags, or one 64-byte Ed25519
+   signature.
 
 Checks that signing was really on (and off): the unsigned runs make no signing call; in each
-signed run every report is signed once and verified once (as many as the run's messages up) and
-every call succeeds.
-
-Target (issue 8): signing and verifying cost under 5% of the Kafka Fed-PNE benchmark's wall time.
+signed run every report is signed once and verified once (as many as the run's messages up), every
+call succeeds, and the calls are the scheme's.
 
 Usage (from the repository root)::
 
@@ -83,21 +85,24 @@ from bench_transports import (  # noqa: E402
 )
 
 TARGET_SHARE = 0.05
-SIGN_FUNCTIONS = ("seal", "seal_for_every_client")
-VERIFY_FUNCTIONS = ("open_signed",)
-"""The functions of :mod:`fedxab.security.signing` that are timed."""
+SCHEMES = ("hmac", "ed25519")
+VARIANTS = ("off", *SCHEMES)
+"""The job unsigned, then signed under each scheme."""
+SIGN_METHODS = ("seal", "seal_about", "seal_for_every_client")
+VERIFY_METHODS = ("open",)
+"""The methods of :class:`fedxab.security.signing.Signer` that are timed."""
 
 
 # --------------------------------------------------------------------------------------------
-# Counting and timing the signing functions
+# Counting and timing the signing calls
 
 
 @dataclasses.dataclass
 class Call:
-    """One call of a signing function during a run."""
+    """One call of a signing method during a run (``args[0]``: the signer)."""
 
     op: str  # "sign" or "verify"
-    function: Callable[..., Any]  # the original function
+    function: Callable[..., Any]  # the original method
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     result: Any  # None if it raised
@@ -106,38 +111,31 @@ class Call:
 
 
 class SigningProbe:
-    """Replaces the signing functions, in every fedxab module that holds them, by wrappers that
-    time each call and keep it in :attr:`calls` (a call inside another timed one is not counted
-    twice). Use as a context manager; the originals are back on exit."""
+    """Replaces the signing methods of :class:`~fedxab.security.signing.Signer` (both schemes
+    inherit them) by wrappers that time each call and keep it in :attr:`calls` (a call inside
+    another timed one is not counted twice). Use as a context manager; the originals are back
+    on exit."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self._local = threading.local()
-        self._patched: list[tuple[Any, str, Any]] = []
+        self._patched: list[tuple[str, Any]] = []
 
     def __enter__(self) -> SigningProbe:
-        import fedxab.agents.distributed  # noqa: F401  (loads the agents' bindings to patch)
-        from fedxab.security import signing
+        from fedxab.security.signing import Signer
 
-        originals: dict[int, tuple[str, Any]] = {}
-        for op, names in (("sign", SIGN_FUNCTIONS), ("verify", VERIFY_FUNCTIONS)):
+        for op, names in (("sign", SIGN_METHODS), ("verify", VERIFY_METHODS)):
             for name in names:
-                fn = getattr(signing, name)
-                originals[id(fn)] = (op, fn)
-        wrappers = {key: self._wrap(op, fn) for key, (op, fn) in originals.items()}
-        for module in list(sys.modules.values()):
-            if not getattr(module, "__name__", "").startswith("fedxab"):
-                continue
-            for attr, value in list(vars(module).items()):
-                hit = originals.get(id(value))
-                if hit is not None and value is hit[1]:
-                    setattr(module, attr, wrappers[id(value)])
-                    self._patched.append((module, attr, value))
+                original = vars(Signer)[name]
+                setattr(Signer, name, self._wrap(op, original))
+                self._patched.append((name, original))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for module, attr, value in reversed(self._patched):
-            setattr(module, attr, value)
+        from fedxab.security.signing import Signer
+
+        for name, original in reversed(self._patched):
+            setattr(Signer, name, original)
         self._patched.clear()
 
     def _wrap(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -174,22 +172,34 @@ def _kind(call: Call) -> str:
     from fedxab.broker.codec import Envelope
 
     if call.op == "sign":
-        env = call.args[0] if call.args else next(iter(call.kwargs.values()))
-        return (env if isinstance(env, Envelope) else Envelope.decode(env)).kind
+        return Envelope.decode(call.args[1]).kind
     if not call.ok:
         return "refused"
-    return getattr(call.result, "envelope", call.result).kind
+    return call.result.envelope.kind
 
 
 def _wire_bytes(call: Call) -> int:
     """Size of the signed message: what ``sign`` returned, what ``verify`` was given."""
-    data = call.result if call.op == "sign" else (call.args[0] if call.args else b"")
+    data = call.result if call.op == "sign" else call.args[1]
     return len(data) if isinstance(data, bytes | bytearray | memoryview) else 0
 
 
+def _broadcast_sig_bytes(calls: list[Call]) -> int | None:
+    """The signature bytes of the run's first signed broadcast."""
+    from fedxab.broker.codec import unpackb
+
+    for c in calls:
+        if c.op == "sign" and c.ok and _kind(c) == "broadcast":
+            return len(unpackb(c.result)["sig"])
+    return None
+
+
 def call_summary(calls: list[Call]) -> dict[str, Any]:
-    """Counts, bytes, in-run time and envelope kinds of one run's calls."""
-    out: dict[str, Any] = {}
+    """Counts, bytes, in-run time, envelope kinds and schemes of one run's calls."""
+    out: dict[str, Any] = {
+        "schemes": sorted({c.args[0].scheme for c in calls}),
+        "broadcast_sig_bytes": _broadcast_sig_bytes(calls),
+    }
     for op in ("sign", "verify"):
         mine = [c for c in calls if c.op == op]
         kinds = [_kind(c) for c in mine]
@@ -245,21 +255,62 @@ def replay(calls: list[Call], repeats: int) -> dict[str, Any]:
 # The measurement
 
 
-def measure(address: str, clients: int, budget: int, repeats: int, warmups: int) -> dict[str, Any]:
-    """The job unsigned and signed, interleaved; the signing calls of every run; the replay."""
-    from fedxab.broker.kafka import KafkaBroker
+def _keys(scheme: str, clients: int, directory: Path) -> Path:
+    """What ``fedxab keys generate --scheme SCHEME`` writes, in ``directory``."""
+    from fedxab.security.keypairs import generate_keypairs
     from fedxab.security.keys import generate_keys
+
+    (generate_keypairs if scheme == "ed25519" else generate_keys)(clients, directory)
+    return directory
+
+
+def _scheme_result(
+    scheme: str,
+    runs: list[list[Call]],
+    warmups: int,
+    repeats: int,
+    off_median: float,
+    messages_up: int,
+) -> dict[str, Any]:
+    """One scheme's calls, replay and shares."""
+    signed_runs = [call_summary(c) for c in runs]
+    replayed = replay(runs[-1], repeats)
+    direct_s = replayed["sign"]["median"] + replayed["verify"]["median"]
+    in_run = [s["sign"]["in_run_s"] + s["verify"]["in_run_s"] for s in signed_runs[warmups:]]
+    share = direct_s / off_median
+    signing_on = all(
+        s["schemes"] == [scheme]
+        and s["sign"]["by_kind"].get("report") == messages_up
+        and s["verify"]["by_kind"].get("report") == messages_up
+        and s["sign"]["failed"] == s["verify"]["failed"] == 0
+        for s in signed_runs
+    )
+    return {
+        "signed_runs": signed_runs,
+        "last_signed_run": signed_runs[-1],
+        "replay": replayed,
+        "direct_s": direct_s,
+        "in_run_s": _stats(in_run),
+        "share": share,
+        "in_run_share": statistics.median(in_run) / off_median,
+        "meets_target": share < TARGET_SHARE,
+        "signing_on": signing_on,
+    }
+
+
+def measure(address: str, clients: int, budget: int, repeats: int, warmups: int) -> dict[str, Any]:
+    """The job unsigned and under each scheme, interleaved; the signing calls of every run;
+    the replay."""
+    from fedxab.broker.kafka import KafkaBroker
 
     base = garland_config(clients, budget, SEED)
     with tempfile.TemporaryDirectory() as tmp, SigningProbe() as probe:
-        keys_dir = Path(tmp) / "keys"
-        generate_keys(clients, keys_dir)
-        configs = {
-            "off": with_security(base, sign=False),
-            "on": with_security(base, sign=True, keys_dir=keys_dir),
-        }
-        times: dict[str, list[float]] = {"off": [], "on": []}
-        calls: dict[str, list[list[Call]]] = {"off": [], "on": []}
+        configs = {"off": with_security(base, sign=False)}
+        for scheme in SCHEMES:
+            keys_dir = _keys(scheme, clients, Path(tmp) / scheme)
+            configs[scheme] = with_security(base, sign=True, keys_dir=keys_dir)
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        calls: dict[str, list[list[Call]]] = {v: [] for v in VARIANTS}
         records: list[tuple[str, Any]] = []
 
         def one(variant: str) -> float:
@@ -273,30 +324,23 @@ def measure(address: str, clients: int, budget: int, repeats: int, warmups: int)
             return seconds
 
         for _ in range(warmups):
-            one("off")
-            one("on")
+            for variant in VARIANTS:
+                one(variant)
         for _ in range(repeats):
-            for variant in ("off", "on"):
+            for variant in VARIANTS:
                 times[variant].append(one(variant))
-        last_signed = calls["on"][-1]
-        replayed = replay(last_signed, repeats)
     reference = _without_time(records[0][1])
     identical = all(_without_time(r) == reference for _, r in records)
     comm = records[0][1].communication
-    signed_runs = [call_summary(c) for c in calls["on"]]
-    unsigned_calls = sum(len(c) for c in calls["off"])
     messages_up = comm["messages_up"]
-    signing_on = all(
-        s["sign"]["by_kind"].get("report") == messages_up
-        and s["verify"]["by_kind"].get("report") == messages_up
-        and s["sign"]["failed"] == s["verify"]["failed"] == 0
-        for s in signed_runs
-    )
     wall = {v: _stats(t) | {"times": t} for v, t in times.items()}
     off_median = wall["off"]["median"]
-    direct_s = replayed["sign"]["median"] + replayed["verify"]["median"]
-    in_run = [s["sign"]["in_run_s"] + s["verify"]["in_run_s"] for s in signed_runs[warmups:]]
-    share = direct_s / off_median
+    schemes = {
+        scheme: _scheme_result(scheme, calls[scheme], warmups, repeats, off_median, messages_up)
+        | {"ratio": wall[scheme]["median"] / off_median}
+        for scheme in SCHEMES
+    }
+    unsigned_calls = sum(len(c) for c in calls["off"])
     return {
         "clients": clients,
         "budget": budget,
@@ -308,19 +352,11 @@ def measure(address: str, clients: int, budget: int, repeats: int, warmups: int)
         "messages_up": messages_up,
         "bytes": comm["bytes_up"] + comm["bytes_down"],
         "wall_s": wall,
-        "ratio": wall["on"]["median"] / off_median,
         "identical": identical,
         "unsigned_signing_calls": unsigned_calls,
-        "signed_runs": signed_runs,
-        "last_signed_run": signed_runs[-1],
-        "replay": replayed,
-        "direct_s": direct_s,
-        "in_run_s": _stats(in_run),
-        "share": share,
-        "in_run_share": statistics.median(in_run) / off_median,
+        "schemes": schemes,
         "target_share": TARGET_SHARE,
-        "meets_target": share < TARGET_SHARE,
-        "signing_on": signing_on and unsigned_calls == 0,
+        "signing_on": unsigned_calls == 0 and all(s["signing_on"] for s in schemes.values()),
     }
 
 
@@ -339,81 +375,92 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "NO"
 
 
+def _variant(v: str) -> str:
+    return "sign = false" if v == "off" else f"sign = true, {v}"
+
+
 def tables(r: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
     job = f"Fed-PNE, M = {r['clients']:,}, T = {r['budget']:,}, seed {r['seed']}, on Kafka"
     wall = r["wall_s"]
+    off_s = wall["off"]["median"]
     wall_rows = [
         [
-            f"sign = {'true' if v == 'on' else 'false'}",
+            _variant(v),
             _time(wall[v]),
-            f"{wall[v]['median'] / wall['off']['median']:.3f}x",
+            f"{wall[v]['median'] / off_s:.3f}x",
             str(r["rounds"]),
             f"{r['messages']:,}",
             f"{r['bytes']:,}",
             _yes(r["identical"]),
         ]
-        for v in ("off", "on")
+        for v in VARIANTS
     ]
     wall_caption = (
         f"Wall time of one run (every agent in this process, dev broker on loopback), median "
-        f"[min–max] of {r['repeats']}, off and on interleaved after {r['warmups']} warm-up "
-        f"run(s) of each. messages, bytes: the algorithm's (one broadcast per client and one "
-        f"report per client per phase, payload sizes), as in bench_transports.py."
+        f"[min–max] of {r['repeats']}, unsigned, HMAC and Ed25519 interleaved after "
+        f"{r['warmups']} warm-up run(s) of each. messages, bytes: the algorithm's (one broadcast "
+        f"per client and one report per client per phase, payload sizes), as in "
+        f"bench_transports.py."
     )
-    last, rep = r["last_signed_run"], r["replay"]
-    off_ms = wall["off"]["median"] * 1e3
     cost_rows = []
-    for op, label in (("sign", "sign"), ("verify", "verify")):
-        n = rep[op]["calls"]
+    for scheme, s in r["schemes"].items():
+        last, rep = s["last_signed_run"], s["replay"]
+        for op in ("sign", "verify"):
+            n = rep[op]["calls"]
+            cost_rows.append(
+                [
+                    scheme,
+                    op,
+                    f"{last[op]['calls']:,}",
+                    f"{last[op]['bytes']:,}",
+                    _time(rep[op], 1e3, 2),
+                    f"{rep[op]['median'] / n * 1e6:.1f}" if n else "-",
+                    f"{last[op]['in_run_s'] * 1e3:.2f}",
+                    f"{rep[op]['median'] / off_s:.3%}",
+                ]
+            )
         cost_rows.append(
             [
-                label,
-                f"{last[op]['calls']:,}",
-                f"{last[op]['bytes']:,}",
-                _time(rep[op], 1e3, 2),
-                f"{rep[op]['median'] / n * 1e6:.1f}" if n else "-",
-                f"{last[op]['in_run_s'] * 1e3:.2f}",
-                f"{rep[op]['median'] * 1e3 / off_ms:.3%}",
+                scheme,
+                "total",
+                f"{last['sign']['calls'] + last['verify']['calls']:,}",
+                f"{last['sign']['bytes'] + last['verify']['bytes']:,}",
+                f"{s['direct_s'] * 1e3:.2f}",
+                "",
+                f"{s['in_run_s']['median'] * 1e3:.2f}",
+                f"{s['share']:.3%}",
             ]
         )
-    cost_rows.append(
-        [
-            "total",
-            f"{last['sign']['calls'] + last['verify']['calls']:,}",
-            f"{last['sign']['bytes'] + last['verify']['bytes']:,}",
-            f"{r['direct_s'] * 1e3:.2f}",
-            "",
-            f"{r['in_run_s']['median'] * 1e3:.2f}",
-            f"{r['share']:.3%}",
-        ]
-    )
     cost_caption = (
-        f"The calls of the last signed run to fedxab.security.signing (sign: seal, "
-        f"seal_for_every_client; verify: open_signed, which also decodes the inner envelope), "
-        f"made again on the same arguments, median [min–max] of {r['repeats']}; in the run: the "
-        f"same calls timed where they happened (total: median over the timed signed runs). "
-        f"share: of the unsigned run's median wall time, {wall['off']['median']:.3f} s. wire "
+        f"The calls of each scheme's last signed run to fedxab.security.signing.Signer (sign: "
+        f"seal, seal_about, seal_for_every_client; verify: open, which also decodes the inner "
+        f"envelope), made again on the same arguments, median [min–max] of {r['repeats']}; in "
+        f"the run: the same calls timed where they happened (total: median over the timed "
+        f"signed runs). share: of the unsigned run's median wall time, {off_s:.3f} s. wire "
         f"bytes: the signed messages."
     )
-    kinds = sorted(set(last["sign"]["by_kind"]) | set(last["verify"]["by_kind"]))
-    kind_rows = [
-        [
-            k,
-            f"{last['sign']['by_kind'].get(k, 0):,}",
-            f"{last['verify']['by_kind'].get(k, 0):,}",
-            f"{last['sign']['bytes_by_kind'].get(k, 0):,}",
-            f"{rep['sign']['by_kind_s'].get(k, 0) * 1e3:.2f}",
-            f"{rep['verify']['by_kind_s'].get(k, 0) * 1e3:.2f}",
-        ]
-        for k in kinds
-    ]
+    kind_rows = []
+    for scheme, s in r["schemes"].items():
+        last, rep = s["last_signed_run"], s["replay"]
+        for k in sorted(set(last["sign"]["by_kind"]) | set(last["verify"]["by_kind"])):
+            kind_rows.append(
+                [
+                    scheme,
+                    k,
+                    f"{last['sign']['by_kind'].get(k, 0):,}",
+                    f"{last['verify']['by_kind'].get(k, 0):,}",
+                    f"{last['sign']['bytes_by_kind'].get(k, 0):,}",
+                    f"{rep['sign']['by_kind_s'].get(k, 0) * 1e3:.2f}",
+                    f"{rep['verify']['by_kind_s'].get(k, 0) * 1e3:.2f}",
+                ]
+            )
     kind_caption = (
-        f"The calls of the last signed run by envelope kind; wire bytes of the signed messages; "
-        f"sign and verify time: median of the replay, each kind in its own loop. The run's "
-        f"messages up (reports): {r['messages_up']:,}; its rounds: {r['rounds']}."
+        f"The calls of each scheme's last signed run by envelope kind; wire bytes of the signed "
+        f"messages; sign and verify time: median of the replay, each kind in its own loop. The "
+        f"run's messages up (reports): {r['messages_up']:,}; its rounds: {r['rounds']}."
     )
     return [
-        (f"{job}: signing off and on", wall_caption, WALL_HEADERS, wall_rows),
+        (f"{job}: unsigned, HMAC and Ed25519", wall_caption, WALL_HEADERS, wall_rows),
         ("Signing and verifying every message of one run", cost_caption, COST_HEADERS, cost_rows),
         ("Signed and verified messages by kind", kind_caption, KIND_HEADERS, kind_rows),
     ]
@@ -422,13 +469,14 @@ def tables(r: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]
 WALL_HEADERS = [
     "[security]",
     "wall time (s)",
-    "vs off",
+    "vs unsigned",
     "rounds",
     "messages",
     "bytes",
     "results identical",
 ]
 COST_HEADERS = [
+    "scheme",
     "operation",
     "calls",
     "wire bytes",
@@ -437,23 +485,37 @@ COST_HEADERS = [
     "in the run (ms)",
     "share of wall time",
 ]
-KIND_HEADERS = ["envelope kind", "signed", "verified", "wire bytes", "sign (ms)", "verify (ms)"]
+KIND_HEADERS = [
+    "scheme",
+    "envelope kind",
+    "signed",
+    "verified",
+    "wire bytes",
+    "sign (ms)",
+    "verify (ms)",
+]
 
 
 def verdict_lines(r: dict[str, Any]) -> list[str]:
     off = r["wall_s"]["off"]["median"]
-    return [
-        f"Signing and verifying every message: {r['direct_s'] * 1e3:.1f} ms per run = "
-        f"{r['share']:.2%} of the unsigned run's {off:.3f} s (timed in the run: "
-        f"{r['in_run_share']:.2%}); target < {r['target_share']:.0%}; meets target: "
-        f"{'yes' if r['meets_target'] else 'no'}",
-        f"Wall time on/off: {r['ratio']:.3f}x (medians; the spread of each is in the table)",
-        f"Results identical with signing off and on: {_yes(r['identical'])}",
-        f"Signing on in every signed run (each report signed and verified once, "
-        f"{r['messages_up']:,} of each, no call failed) and off in every unsigned run "
-        f"({r['unsigned_signing_calls']} calls): {_yes(r['signing_on'])}; replayed signatures "
-        f"equal the published ones: {_yes(r['replay']['same_signatures'])}",
+    lines = []
+    for scheme, s in r["schemes"].items():
+        lines.append(
+            f"{scheme}: signing and verifying every message: {s['direct_s'] * 1e3:.1f} ms per "
+            f"run = {s['share']:.2%} of the unsigned run's {off:.3f} s (timed in the run: "
+            f"{s['in_run_share']:.2%}); target < {r['target_share']:.0%}; meets target: "
+            f"{'yes' if s['meets_target'] else 'no'}; wall time vs unsigned: {s['ratio']:.3f}x; "
+            f"a broadcast's signatures: {s['last_signed_run']['broadcast_sig_bytes']} bytes; "
+            f"replayed signatures equal the published ones: "
+            f"{_yes(s['replay']['same_signatures'])}"
+        )
+    lines += [
+        f"Results identical unsigned, with HMAC and with Ed25519: {_yes(r['identical'])}",
+        f"Signing on in every signed run, under its scheme (each report signed and verified "
+        f"once, {r['messages_up']:,} of each, no call failed) and off in every unsigned run "
+        f"({r['unsigned_signing_calls']} calls): {_yes(r['signing_on'])}",
     ]
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -4,8 +4,9 @@
 clients on Garland) with a progress bar and prints a summary table; single-agent algorithms run
 through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.federation`
 (chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
-curves. ``fedxab keys generate --clients N --out DIR`` writes one secret key file
-per client (:mod:`fedxab.security.keys`).
+curves. ``fedxab keys generate --clients N --out DIR`` writes the message-signing keys: an
+Ed25519 key pair per party (:mod:`fedxab.security.keypairs`), or with ``--scheme hmac`` one
+secret key per client (:mod:`fedxab.security.keys`).
 
 ``--metrics-port PORT`` (on ``run``, ``server`` and ``client``) serves Prometheus metrics of the
 job at ``http://127.0.0.1:PORT/metrics`` while it runs (:mod:`fedxab.monitoring`; ``0`` picks a
@@ -48,6 +49,7 @@ from rich.text import Text
 from fedxab.errors import FedxabError
 from fedxab.monitoring.plots import METRICS as PLOT_METRICS
 from fedxab.monitoring.progress import status_line
+from fedxab.security.signing import SCHEMES as SIGNATURE_SCHEMES
 
 __all__ = ["app", "main"]
 
@@ -112,8 +114,9 @@ KeysDirOption = Annotated[
     Path | None,
     typer.Option(
         "--keys-dir",
-        help="Directory of the message-signing keys (client-N.key; `fedxab keys generate`). "
-        "Overrides security.keys_dir; Kafka runs sign by default.",
+        help="Directory of the message-signing keys (`fedxab keys generate`: private/ and "
+        "public/, or HMAC client-N.key files). Overrides security.keys_dir; Kafka runs sign by "
+        "default.",
         show_default=False,
     ),
 ]
@@ -502,7 +505,8 @@ def run(
                 ):
                     if table is not None:
                         console.print(table)
-            console.print(f"{_run_ids(cfg)}; results: {path}", soft_wrap=True, markup=False)
+            console.print(_run_ids(cfg), soft_wrap=True, markup=False)
+            console.print(f"results: {path}", soft_wrap=True, markup=False)
             _print_ledger(console, results)
 
 
@@ -737,7 +741,8 @@ def server(
                 for table in (_clients_table(results), _communication_table(results)):
                     if table is not None:
                         console.print(table)
-            console.print(f"{_run_ids(cfg)}; results: {path}", soft_wrap=True, markup=False)
+            console.print(_run_ids(cfg), soft_wrap=True, markup=False)
+            console.print(f"results: {path}", soft_wrap=True, markup=False)
             _print_ledger(console, results)
 
 
@@ -927,9 +932,20 @@ def audit(
     keys_dir: Annotated[
         Path | None,
         typer.Option(
-            help="With --rebuild-from, for a run that signs its messages: verify each record "
-            "with the client keys in this directory (all of them, or a client's own) and skip "
-            "those they do not verify.",
+            help="With --rebuild-from, for a run that signs its messages with HMAC: verify each "
+            "record with the client keys in this directory (all of them, or a client's own) and "
+            "skip those they do not verify.",
+            show_default=False,
+        ),
+    ] = None,
+    verify: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify",
+            help="Verify every release of LEDGER from its evidence (the signed record it came "
+            "from) with the Ed25519 public keys in this directory (public/ of `fedxab keys "
+            "generate`); name each release that fails and exit with status 2 if any does. With "
+            "--rebuild-from, the rebuild verifies each record with these keys alone.",
             show_default=False,
         ),
     ] = None,
@@ -940,7 +956,7 @@ def audit(
     from fedxab.privacy.accountants import make_accountant
     from fedxab.privacy.audit import client_history, client_summaries, owner_summaries
     from fedxab.privacy.ledger import PrivacyLedger
-    from fedxab.privacy.mirror import rebuild_from_broker
+    from fedxab.privacy.mirror import SIGNED_RECORDS_HINT, rebuild_from_broker
 
     console = _console()
     with _errors_as_exit_code():
@@ -952,17 +968,14 @@ def audit(
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
             rebuilt, clients = rebuild_from_broker(
-                ledger, rebuild_from, namespace, run_id, keys_dir
+                ledger, rebuild_from, namespace, run_id, keys_dir, verify
             )
             notes = _console(stderr=True)  # stdout stays the table or the JSON
             if rebuilt.skipped:
                 why = ", ".join(f"{n} {reason}" for reason, n in sorted(rebuilt.reasons.items()))
                 notes.print(f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({why})[/]")
-                if keys_dir is None and rebuilt.reasons.get("malformed"):
-                    notes.print(
-                        "[yellow]records of a run that signs its messages are read with "
-                        "--keys-dir DIR (the client keys to verify them)[/]"
-                    )
+                if keys_dir is None and verify is None and rebuilt.reasons.get("malformed"):
+                    notes.print(f"[yellow]{SIGNED_RECORDS_HINT}[/]")
             open_mirrors = sorted(set(clients) - rebuilt.ended)
             if open_mirrors:
                 notes.print(
@@ -971,6 +984,8 @@ def audit(
                 )
         if not ledger.is_file():
             raise FedxabError(f"{ledger}: no such ledger file")
+        if verify is not None:
+            _verify_ledger(ledger, verify, run_id)
         names = accountants or ["rdp"]
         also = [make_accountant(name) for name in names[1:]]
         tables = []
@@ -1000,6 +1015,37 @@ def audit(
             return
         for title, columns, rows in tables:
             console.print(_audit_table(title, columns, rows))
+
+
+def _verify_ledger(ledger: Path, public_keys: Path, run_id: str | None) -> None:
+    """`fedxab audit --verify`: every release of ``ledger`` (of ``run_id``) verified from its
+    evidence with the public keys in ``public_keys`` (:mod:`fedxab.privacy.verify`); each
+    failure is printed, and any failure, or nothing to verify, is an error."""
+    from fedxab.privacy.ledger import PrivacyLedger
+    from fedxab.privacy.verify import verify_ledger
+    from fedxab.security.agents import verifier_in
+
+    verifier = verifier_in(public_keys)
+    with PrivacyLedger(ledger) as book:
+        result = verify_ledger(book, verifier, run_id)
+    notes = _console(stderr=True)
+    for failure in result.failures:
+        notes.print(Text(f"verification failed: {failure}", style="red"), soft_wrap=True)
+    if not result.rows:
+        of_run = "" if run_id is None else f" of run {run_id}"
+        raise FedxabError(f"--verify: {ledger} holds no release{of_run} to verify")
+    if result.failures:
+        raise FedxabError(
+            f"{len(result.failures)} of {result.rows} release(s) failed verification with the "
+            f"public keys in {public_keys}"
+        )
+    notes.print(
+        f"{result.verified} release(s) verified with the public keys in {public_keys}: "
+        f"{result.verified - result.by_server} signed by their client, {result.by_server} by "
+        "the server (central DP)",
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def _audit_table(title: str, columns: list[str], rows: list[dict]) -> Table:
@@ -1142,6 +1188,7 @@ def _reproduce_command(
     figure: Path | None = None,
     plot_only: bool = False,
     quiet: bool = False,
+    jobs: int = 1,
 ) -> Path | None:
     """The body of `fedxab reproduce` (printing to ``console``); returns the figure's path."""
     import time
@@ -1210,7 +1257,8 @@ def _reproduce_command(
             )
     pilot_s = time.perf_counter() - t_pilot
     per_run = {key: t.estimate_s for key, t in timings.items()}
-    estimate = plan.seeds * sum(per_run.values())
+    # entries at once on `jobs` processes: at best the total shared out, at worst the longest
+    estimate = plan.seeds * max(sum(per_run.values()) / jobs, max(per_run.values()))
     large = pilot_budget(plan.budget)
     if not quiet:
         if exp.pilot_clients is not None:
@@ -1276,7 +1324,7 @@ def _reproduce_command(
 
     t0 = time.perf_counter()
     with progress:
-        results = run_plan(plan, on_progress)
+        results = run_plan(plan, on_progress, jobs=jobs)
         progress.update(task, completed=total, description=exp.name)
     wall = time.perf_counter() - t0
     path = plot_plan(plan, results)
@@ -1330,6 +1378,16 @@ def reproduce(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No estimate, progress bar or table.")
     ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Run this many algorithms at once, each in its own process (same results; "
+            "the progress bar then moves when an algorithm is done).",
+        ),
+    ] = 1,
 ) -> None:
     """Reproduce a figure of the federated papers: every algorithm over N seeds, results.json
     per algorithm and a PNG with mean ± 1 std bands (see fedxab.reproduce)."""
@@ -1345,15 +1403,19 @@ def reproduce(
             figure=figure,
             plot_only=plot_only,
             quiet=quiet,
+            jobs=jobs,
         )
 
 
 keys_app = typer.Typer(
     name="keys",
-    help="Message authentication keys: one secret key per client, shared with the server.",
+    help="Message-signing keys: an Ed25519 key pair per party, or one HMAC key per client.",
     no_args_is_help=True,
 )
 app.add_typer(keys_app)
+
+SchemeChoice = enum.StrEnum("SchemeChoice", {name: name for name in SIGNATURE_SCHEMES})
+"""The ``--scheme`` choices of ``fedxab keys generate``: :data:`fedxab.security.signing.SCHEMES`."""
 
 
 @keys_app.command("generate")
@@ -1367,42 +1429,78 @@ def keys_generate(
             "--out", help="Directory for the key files (created, owner-only, if missing)."
         ),
     ],
+    scheme: Annotated[
+        SchemeChoice,
+        typer.Option(
+            "--scheme",
+            help="ed25519: a key pair for the server and each client; the server holds the "
+            "clients' public keys only (it cannot sign as a client) and anyone verifies with "
+            "the public keys. hmac: one secret key per client, shared with the server (which "
+            "could then sign as any client).",
+        ),
+    ] = SchemeChoice.ed25519,
     if_missing: Annotated[
         bool,
         typer.Option(
             "--if-missing",
-            help="If all N key files are already there (and load), write nothing and succeed "
+            help="If all the key files are already there (and load), write nothing and succeed "
             "(for provisioning scripts that run at every start).",
         ),
     ] = False,
 ) -> None:
-    """Write client-0.key .. client-{N-1}.key, each readable by its owner only (mode 600);
-    existing key files are never overwritten. The server needs every key, each client its own
-    only. The keys themselves are never printed."""
+    """Write the message-signing keys, private keys readable by their owner only (mode 600);
+    existing key files are never overwritten, and no key is ever printed. Ed25519 (default):
+    private/<party>.key and public/<party>.pub for the server and each client, and who gets
+    which. HMAC: client-0.key .. client-{N-1}.key; the server needs every key, each client its
+    own only."""
     from fedxab.broker.codec import client_sender
+    from fedxab.security.keypairs import (
+        PRIVATE_DIR,
+        PUBLIC_DIR,
+        generate_keypairs,
+        keypair_paths,
+        load_private_key,
+        load_public_key,
+    )
     from fedxab.security.keys import generate_keys, key_file_name, load_key
 
+    ed25519 = scheme == SchemeChoice.ed25519
     console = _console()
     with _errors_as_exit_code():
-        parties = [client_sender(m) for m in range(clients)]
-        if if_missing and all((out / key_file_name(p)).exists() for p in parties):
-            for party in parties:
-                load_key(out / key_file_name(party), party)  # a broken key file is an error
+        if ed25519:
+            paths = keypair_paths(clients, out)
+            loaders = {".key": load_private_key, ".pub": load_public_key}
+        else:
+            paths = [out / key_file_name(client_sender(m)) for m in range(clients)]
+            loaders = {".key": load_key}
+        if if_missing and all(path.exists() for path in paths):
+            for path in paths:
+                loaders[path.suffix](path, path.stem)  # a broken key file is an error
             console.print(
-                f"{clients} key file(s) already in {out}: nothing written",
+                f"{len(paths)} key file(s) already in {out}: nothing written",
                 soft_wrap=True,
                 markup=False,
             )
             return
-        paths = generate_keys(clients, out)
+        paths = (generate_keypairs if ed25519 else generate_keys)(clients, out)
     for path in paths:
         console.print(f"key: {path}", soft_wrap=True, markup=False)
-    console.print(
-        f"{len(paths)} key file(s) written (mode 600): give every key to the server and each "
-        "client its own key only",
-        soft_wrap=True,
-        markup=False,
-    )
+    if ed25519:
+        private, public = out / PRIVATE_DIR, out / PUBLIC_DIR
+        lines = [
+            f"{clients + 1} Ed25519 key pairs written (private keys mode 600, public keys 644); "
+            "a private key never leaves its party. Give the",
+            f"  server:   {private / 'server.key'} and {public} (every client's public key)",
+            f"  client m: {private / 'client-m.key'} and {public / 'server.pub'}",
+            f"  auditor:  {public} (public keys only)",
+        ]
+    else:
+        lines = [
+            f"{len(paths)} key file(s) written (mode 600): give every key to the server and "
+            "each client its own key only"
+        ]
+    for line in lines:
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def main() -> None:

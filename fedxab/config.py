@@ -68,16 +68,19 @@ from fedxab.algorithms.registry import (
     make_optimizer,
 )
 from fedxab.broker.base import (
+    DEFAULT_FETCH_MAX_WAIT_MS,
     DEFAULT_MAX_MESSAGE_BYTES,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
+    check_fetch_max_wait_ms,
     check_max_message_bytes,
 )
 from fedxab.domain import as_domain
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
-from fedxab.validation import check_choice
+from fedxab.privacy.accountants import ACCOUNTANTS, DEFAULT_TIMEOUT_S
+from fedxab.validation import check_choice, check_positive
 
 __all__ = [
     "AgentsConfig",
@@ -483,6 +486,11 @@ class FederationConfig(Section):
     """"gp-mixture" only: the weight alpha in [0, 1] of each client's own GP sample; None = 0.7."""
     field_assignment: str | None = None
     """"fields" only: "first" (fields 0..M-1; the default) or "random" (the papers' reading)."""
+    global_regret: bool | None = None
+    """Measure the global regret (the global objective at every pull: simulation bookkeeping);
+    unset means true. false: local regret only, for figures that need only it where the global
+    objective is expensive (landmine's is the mean of every field's SVM: M fits per pull). The
+    algorithm's course, the local regret and the epsilons are the same either way."""
 
     _ONLY_WITH: ClassVar[dict[str, str]] = {
         "perturbation": "gp-perturbed",
@@ -623,9 +631,23 @@ class BrokerConfig(Section):
     """Kafka only: seconds a broker may fail to answer before the agents stop with an error
     (requests are retried meanwhile); a reader also stops once the broker's log is shorter
     than what it read (a broker restarted without its storage)."""
+    fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
+    """Kafka only: how long a read waits at the broker for records, 1 to 10,000 ms. Apache
+    Kafka answers as soon as a record arrives, so there it only sets how often an idle reader
+    asks; the dev broker answers at the end of the wait, so there it bounds the delay of each
+    hop of a phase. The default, 25 ms, is Kafka clients' 500 ms cut for the dev broker: a phase
+    took 0.26 s with 500 and takes a few tens of ms with 25, where an idle reader asks 40 times
+    a second (about 2.5% of a core in the reader's process; 5% with 10 ms, which made the
+    phases no faster)."""
+    join_groups: bool = False
+    """Kafka only: whether the server's report reader joins its consumer group (Kafka's group
+    membership: partitions shared among live members, rebalanced as they come and go), which
+    costs seconds at every start (3 s on Apache Kafka by default). By default it is assigned the
+    topic's partitions itself and uses the group only for its committed offsets."""
 
     def _check(self) -> None:
         check_max_message_bytes(self.max_message_bytes)
+        check_fetch_max_wait_ms(self.fetch_max_wait_ms)
         if not _NAMESPACE.fullmatch(self.namespace):
             raise ConfigError(
                 "broker.namespace",
@@ -668,21 +690,34 @@ class SecurityConfig(Section):
     part of the experiment: like ``[broker]``, results files and run ids leave this section out,
     so a signed run gives exactly the unsigned run's results.
 
-    A signing run signs every envelope with HMAC-SHA256 under per-client keys; the server refuses
-    and counts a message whose tag does not match its claimed sender, an earlier phase's, another
-    run's or another session's, and clients refuse broadcasts the server did not sign. ``sign``
-    unset means on for Kafka runs (``kafka://``) and off on the embedded broker and in-process.
-    The keys are read from ``keys_dir`` (files of ``fedxab keys generate``: the server needs every
-    ``client-N.key``, a client agent its own) or, without it, from the environment variables
+    A signing run signs every envelope; the server refuses and counts a message whose signature
+    does not match its claimed sender, an earlier phase's, another run's or another session's,
+    and clients refuse broadcasts the server did not sign. ``sign`` unset means on for Kafka runs
+    (``kafka://``) and off on the embedded broker and in-process. ``scheme``: Ed25519 key pairs
+    (the server holds the clients' public keys only, so it cannot sign as a client; an auditor
+    verifies with public keys) or HMAC-SHA256 under per-client keys shared with the server (which
+    could then sign as any client). The keys are read from ``keys_dir`` (the files of ``fedxab
+    keys generate``) or, for HMAC without it, from the environment variables
     ``FEDXAB_KEY_CLIENT_<N>``; never from this file.
     """
 
     SECTION: ClassVar[str] = "security"
 
     keys_dir: str | None = None
-    """Directory of the key files ``client-N.key``."""
+    """Directory of the key files: ``private/`` and ``public/`` (Ed25519: the server needs
+    ``private/server.key`` and every client's ``public/client-N.pub``, a client agent its own
+    ``private/client-N.key`` and ``public/server.pub``) or ``client-N.key`` files (HMAC: the
+    server needs every one, a client agent its own)."""
     sign: bool | None = None
     """Sign and verify every message (unset: on for Kafka, off otherwise)."""
+    scheme: str | None = None
+    """``ed25519`` or ``hmac`` (unset: detected from ``keys_dir``'s layout; HMAC without it)."""
+
+    def _check(self) -> None:
+        from fedxab.security.signing import SCHEMES
+
+        if self.scheme is not None:
+            check_choice("security.scheme", self.scheme, SCHEMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -699,7 +734,11 @@ class PrivacyConfig(Section):
     SECTION: ClassVar[str] = "privacy"
 
     accountant: str = "rdp"
-    """How spent epsilon is computed: rdp, moments, opacus-rdp or opacus-prv."""
+    """How spent epsilon is computed: rdp, moments, pld, opacus-rdp or opacus-prv."""
+    accountant_timeout_s: float = DEFAULT_TIMEOUT_S
+    """The time limit, in seconds, of one computation of the ``pld`` and ``opacus-prv``
+    accountants; one that exceeds it is answered by ``rdp`` (an upper bound), counted and
+    reported in the results' privacy block (:mod:`fedxab.privacy.accountants`)."""
     delta: float | None = None
     """The delta at which epsilon is accounted and budgets hold; default: the algorithm's
     ``privacy_delta`` if it has one, else ``1 / N^1.1`` (N clients)."""
@@ -720,9 +759,8 @@ class PrivacyConfig(Section):
     share lifetime budgets whatever their seed."""
 
     def _check(self) -> None:
-        from fedxab.privacy.accountants import ACCOUNTANTS
-
         check_choice("privacy.accountant", self.accountant, ACCOUNTANTS)
+        check_positive("privacy.accountant_timeout_s", self.accountant_timeout_s)
         if self.delta is not None and not 0 < self.delta < 1:
             raise ConfigError("privacy.delta", f"must lie in (0, 1), got {self.delta}")
         if self.budget_epsilon is not None and not (

@@ -59,7 +59,7 @@ from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best
 from fedxab.security.agents import BAD_SIGNATURES_NAMED, open_record, signer_for
-from fedxab.security.signing import SignatureError
+from fedxab.security.signing import KeyId, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -123,9 +123,10 @@ class ClientAgent:
         self._unsent: dict[int, list[Telemetry]] = {}
         self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
-        self.bad_signatures: Counter[int] = Counter()
-        """Live broadcasts that failed a hosted client's key, by client."""
-        self._failed_key: int | None = None  # the client whose key the last record failed
+        self.bad_signatures: Counter[KeyId] = Counter()
+        """Live broadcasts that failed a key, by key (HMAC: a hosted client's; Ed25519: the
+        server's)."""
+        self._failed_key: KeyId | None = None  # the key the last record failed
         self._sent = (0, 0.0)  # the last phase whose replies were sent live, and when
         self.rebroadcast_s = config.agents.rebroadcast_s
         self.finished: Finished | None = None
@@ -166,7 +167,7 @@ class ClientAgent:
             opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
             if isinstance(exc, SignatureError) and exc.reason == "bad_signature":
-                self._failed_key = exc.client
+                self._failed_key = exc.key
             return self._invalid(exc.reason, str(exc))
         env = opened.envelope
         if env.run_id != self.run_id:
@@ -187,24 +188,34 @@ class ClientAgent:
         return msg
 
     def _check_keys(self) -> None:
-        """After a live broadcast was refused: stop with an error naming the client and its
-        key's fingerprint once :data:`~fedxab.security.agents.BAD_SIGNATURES_NAMED` live
-        broadcasts failed one hosted client's key before any broadcast verified (that key is
-        not the server's). Old records of the topic do not count: a run id used before with
-        other keys leaves broadcasts this agent cannot verify, and need not."""
-        m = self._failed_key
-        if m is None or self.signer is None or self._matched.is_set():
+        """After a live broadcast was refused: stop with an error naming the key and its
+        fingerprint once :data:`~fedxab.security.agents.BAD_SIGNATURES_NAMED` live broadcasts
+        failed one key (HMAC: a hosted client's; Ed25519: the server's public key) before any
+        broadcast verified (that key is not the server's). Old records of the topic do not
+        count: a run id used before with other keys leaves broadcasts this agent cannot verify,
+        and need not."""
+        key = self._failed_key
+        if key is None or self.signer is None or self._matched.is_set():
             return  # a broadcast verified: the keys are right (later failures are forgeries)
-        self.bad_signatures[m] += 1
-        failed = self.bad_signatures[m]
-        if failed >= BAD_SIGNATURES_NAMED:
+        self.bad_signatures[key] += 1
+        failed = self.bad_signatures[key]
+        if failed < BAD_SIGNATURES_NAMED:
+            return
+        fingerprint = self.signer.fingerprint(key)
+        if key == SERVER:
             raise FedxabError(
                 f"run {self.run_id}: {failed} broadcasts of the server failed verification "
-                f"with client {m}'s key (fingerprint {self.signer.keys[m].fingerprint}): "
-                f"this agent's key for client {m} is not the server's. Give it the key "
-                f"file of client {m} that the server uses (`fedxab keys generate` writes "
-                "one per client)"
+                f"with the server's public key (fingerprint {fingerprint}): this agent's "
+                "public/server.pub is not the server's key. Give it the public/server.pub "
+                "written with the server's private key (`fedxab keys generate`)"
             )
+        raise FedxabError(
+            f"run {self.run_id}: {failed} broadcasts of the server failed verification "
+            f"with client {key}'s key (fingerprint {fingerprint}): "
+            f"this agent's key for client {key} is not the server's. Give it the key "
+            f"file of client {key} that the server uses (`fedxab keys generate` writes "
+            "one per client)"
+        )
 
     def _invalid(self, why: str, text: str) -> None:
         self.counts["broadcast_invalid"] += 1
@@ -256,7 +267,7 @@ class ClientAgent:
         n = len(self.clients)
         used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
         known = np.isfinite(self._best).all(axis=1)
-        global_known, local_known = regret_known(self.family)
+        global_known, local_known = regret_known(self.family, self.config)
         observer.on_regret(
             t=min(used, default=0),
             cumulative=self._regret[0] / n if global_known else None,

@@ -13,7 +13,7 @@ namespace at a time) prevents that silent hang:
   the same fields.
 
 With signing on, hellos and refusals are signed like every other message (a hello with the first
-hosted client's key, a refusal with the key of the client it answers), so a forged refusal cannot
+hosted client, a refusal by the server about the client it answers), so a forged refusal cannot
 stop a client.
 """
 

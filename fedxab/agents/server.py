@@ -15,8 +15,8 @@ state machine rejects: NaN, wrong length, ...). A rejected message changes no st
 the agent; each gets one log line naming the reason, and is counted by topic and reason in
 :attr:`ServerAgent.rejected` (and the metric ``fedxab_messages_rejected``).
 
-A signing run (:func:`~fedxab.security.agents.signing_on`) also refuses a message whose tag does
-not match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
+A signing run (:func:`~fedxab.security.agents.signing_on`) also refuses a message whose signature
+does not match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
 ``malformed``), and a report, telemetry or leave message of another session than this execution's
 (``replay``): the server draws a random session at its first start, keeps it in its checkpoint,
 and signs every broadcast with it; clients answer in the session of the broadcast they answer.
@@ -262,7 +262,7 @@ class ServerAgent:
         return (
             f"{self.bad_signatures[m]} message(s) from client {m} failed verification: it signs "
             f"with another key than the server's for it (fingerprint "
-            f"{self.signer.keys[m].fingerprint})"
+            f"{self.signer.fingerprint(m)})"
         )
 
     def on_report(self, record: Record) -> None:
@@ -386,8 +386,8 @@ class ServerAgent:
         return len(payload)
 
     def _seal_about(self, envelope_bytes: bytes, m: int) -> bytes:
-        """The server's message about client ``m`` as it goes on the wire: signed with ``m``'s
-        key if this run signs."""
+        """The server's message about client ``m`` as it goes on the wire, signed if this run
+        signs (Ed25519: with the server's key, naming ``m``; HMAC: with ``m``'s key)."""
         if self.signer is None:
             return envelope_bytes
         return self.signer.seal_about(envelope_bytes, m, self.session)

@@ -51,6 +51,7 @@ another schema, is refused with a clear error, and nothing is written to it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -58,7 +59,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedxab.errors import ConfigError, FedxabError
-from fedxab.privacy.accountants import Accountant, check_event, make_accountant
+from fedxab.privacy.accountants import (
+    DEFAULT_TIMEOUT_S,
+    Accountant,
+    check_event,
+    make_accountant,
+)
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded
 from fedxab.private_files import create_owner_only
@@ -158,11 +164,19 @@ def _no_budget(run: str, clients: list[int]) -> ConfigError:
 
 
 class PrivacyLedger:
-    """The ledger in the SQLite file ``path`` (created if missing; ``":memory:"`` for tests)."""
+    """The ledger in the SQLite file ``path`` (created if missing; ``":memory:"`` for tests),
+    accounted by ``accountant`` (with the time limit ``accountant_timeout_s`` for the backends
+    that have one: :func:`~fedxab.privacy.accountants.make_accountant`)."""
 
-    def __init__(self, path: str | Path, *, accountant: str = "rdp") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        accountant: str = "rdp",
+        accountant_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self.path = str(path)
-        self.accountant = make_accountant(accountant)
+        self.accountant = make_accountant(accountant, timeout_s=accountant_timeout_s)
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise LedgerError(f"ledger {self.path} is a directory, expected a SQLite file")
@@ -285,14 +299,22 @@ class PrivacyLedger:
         """Append ``(client, phase, event[, release])`` rows in one transaction (bulk import);
         the number newly recorded. The rules of :meth:`record` apply to each row, and if one
         raises, nothing of the batch is written."""
+        with self.transaction():
+            return sum(self.record(run, *row) for row in rows)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around the writes in the block: committed (one sync to disk) when
+        the block ends, rolled back if it raises. A statement that raises inside the block
+        (a refused record the caller catches) writes nothing, and the rest still commits. For
+        bulk writes: each write outside a transaction is its own, synced to disk."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            added = sum(self.record(run, *row) for row in rows)
+            yield
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        return added
 
     def set_budget(self, run: str, client: int, budget: Budget) -> None:
         """Set (or replace) a client's budget for a run."""

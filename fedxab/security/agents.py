@@ -1,13 +1,24 @@
-"""The agents' side of message authentication: whether a run signs, which keys each party loads.
+"""The agents' side of message authentication: whether a run signs, its scheme, which keys each
+party loads.
 
 A run signs its messages if ``[security] sign`` says so, and by default when it runs on Kafka
 (:func:`signing_on`): a federation across machines is authenticated unless its operator opts out;
 the embedded broker and in-process runs, where every party is one process, run without keys.
 
-Keys come from ``[security] keys_dir`` (the files of ``fedxab keys generate``) or, without it,
-from one environment variable per client (:func:`key_env_var`, ``FEDXAB_KEY_CLIENT_3``): never
-from the run config. The server loads every client's key, a client agent its own clients' keys
-only. A missing or unreadable key stops the agent before it starts, with a
+The scheme (:func:`scheme_of`) is ``[security] scheme``, or the layout of ``keys_dir``: the
+``private/`` and ``public/`` directories of ``fedxab keys generate`` mean Ed25519,
+``client-N.key`` files HMAC. Keys are never read from the run config:
+
+- **Ed25519** (:mod:`fedxab.security.keypairs`): the server loads its private key and every
+  client's public key, a client agent its own clients' private keys and the server's public
+  key. The server cannot sign as a client, and an auditor needs the public keys only
+  (:func:`verifier_in`).
+- **HMAC** (:mod:`fedxab.security.keys`): the server loads every client's key, a client agent
+  its own clients' keys only, from ``keys_dir`` or, without it, from one environment variable
+  per client (:func:`key_env_var`, ``FEDXAB_KEY_CLIENT_3``; HMAC keys only). The server holds
+  every key, so an auditor of an HMAC run trusts it.
+
+A missing or unreadable key stops the agent before it starts, with a
 :class:`~fedxab.errors.FedxabError` naming the file or variable -- a client without its key cannot
 join.
 """
@@ -15,15 +26,27 @@ join.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from fedxab.broker.base import check_record_size
-from fedxab.broker.codec import Envelope, client_sender
+from fedxab.broker.codec import SERVER, Envelope, client_sender
 from fedxab.config import Config, SecurityConfig
 from fedxab.errors import FedxabError
+from fedxab.security.keypairs import (
+    PRIVATE_DIR,
+    PUBLIC_DIR,
+    PrivateKey,
+    PublicKey,
+    load_private_key,
+    load_public_key,
+    private_key_path,
+    public_key_path,
+    public_keys_in,
+)
 from fedxab.security.keys import SecretKey, key_file_name, load_key, load_key_from_env
-from fedxab.security.signing import Opened, open_signed, seal, seal_for_every_client
+from fedxab.security.signing import Ed25519Signer, HmacSigner, KeyId, Opened, Signer
 
 __all__ = [
     "BAD_SIGNATURES_NAMED",
@@ -32,18 +55,23 @@ __all__ = [
     "key_env_var",
     "keyring_in",
     "open_record",
+    "scheme_of",
     "signer_for",
     "signing_on",
+    "verifier_in",
 ]
 
 BAD_SIGNATURES_NAMED = 3
-"""Broadcasts failing one hosted client's key, before any broadcast verified, after which a
-client agent stops with an error naming the client and its key's fingerprint."""
+"""Broadcasts failing one hosted client's key (HMAC) or the server's public key (Ed25519), before
+any broadcast verified, after which a client agent stops with an error naming the key and its
+fingerprint."""
 
 KEY_ENV_PREFIX = "FEDXAB_KEY_CLIENT_"
-"""Environment variables ``FEDXAB_KEY_CLIENT_<id>`` hold the keys when no keys_dir is set."""
+"""Environment variables ``FEDXAB_KEY_CLIENT_<id>`` hold the (HMAC) keys when no keys_dir is
+set."""
 
 _KEY_FILE_RE = re.compile(r"client-([0-9]{1,18})\.key")
+_GENERATE = "write keys with `fedxab keys generate --clients N --out DIR`"
 
 
 def key_env_var(m: int) -> str:
@@ -60,31 +88,6 @@ def signing_on(config: Config) -> bool:
     return broker is not None and broker.url.startswith("kafka://")
 
 
-class Signer:
-    """The keys one party holds, by client id, and what it signs and verifies with them."""
-
-    def __init__(self, keys: dict[int, SecretKey], n_clients: int) -> None:
-        self.keys = keys
-        self.n_clients = n_clients
-
-    def seal(self, envelope: bytes, m: int, session: str) -> bytes:
-        """Client ``m``'s message, signed with its key in ``session``."""
-        return seal(envelope, self.keys[m], session=session)
-
-    def seal_about(self, envelope: bytes, m: int, session: str) -> bytes:
-        """The server's message about client ``m`` (a central-DP ledger record)."""
-        return seal(envelope, self.keys[m], session=session, for_client=m)
-
-    def seal_for_every_client(self, envelope: bytes, session: str) -> bytes:
-        """The server's message to every client (one tag per client; needs every key)."""
-        keys = [self.keys[m] for m in range(self.n_clients)]
-        return seal_for_every_client(envelope, keys, session=session)
-
-    def open(self, data: bytes) -> Opened:
-        """The verified envelope in ``data`` (see :func:`~fedxab.security.signing.open_signed`)."""
-        return open_signed(data, self.keys, self.n_clients)
-
-
 def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
     """The envelope in a record read from a topic: refused by size before any decoding
     (:class:`~fedxab.broker.base.RecordTooLarge` above ``max_bytes``, the broker's
@@ -97,40 +100,115 @@ def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
     return signer.open(value)
 
 
-def _load(security: SecurityConfig, clients: Iterable[int]) -> dict[int, SecretKey]:
+def scheme_of(security: SecurityConfig) -> str:
+    """The run's signature scheme: ``security.scheme``, else detected from ``keys_dir``'s
+    layout (``private/`` or ``public/``: Ed25519; ``client-N.key`` files: HMAC), else HMAC
+    (the environment variables hold HMAC keys)."""
+    if security.scheme is not None:
+        return security.scheme
+    if security.keys_dir is None:
+        return "hmac"
+    directory = Path(security.keys_dir)
+    if (directory / PRIVATE_DIR).is_dir() or (directory / PUBLIC_DIR).is_dir():
+        return "ed25519"
+    if directory.is_dir() and any(_KEY_FILE_RE.fullmatch(p.name) for p in directory.iterdir()):
+        return "hmac"
+    raise FedxabError(
+        f"security.keys_dir: {directory} holds neither the private/ and public/ directories "
+        "of Ed25519 keys nor the client-N.key files of HMAC keys; "
+        f"{_GENERATE} and pass --keys-dir DIR, or set security.scheme"
+    )
+
+
+def _loaded(what: str, fix: str, load: Callable[..., Any], *args: Any) -> Any:
+    """``load(*args)``; a key that cannot be loaded is an error naming ``what`` and ``fix``."""
+    try:
+        return load(*args)
+    except FedxabError as exc:
+        raise FedxabError(
+            f"this run signs its messages (on by default on Kafka) but {what} cannot be loaded: "
+            f"{exc}. {fix}, or set [security] sign = false to run unauthenticated"
+        ) from None
+
+
+def _hmac_signer(security: SecurityConfig, clients: Iterable[int], n: int) -> HmacSigner:
+    fix = (
+        "Write keys with `fedxab keys generate --clients N --out DIR --scheme hmac` and pass "
+        "--keys-dir DIR ([security] keys_dir; or the environment variables "
+        f"{KEY_ENV_PREFIX}<id>)"
+    )
     keys = {}
     for m in clients:
         party = client_sender(m)
-        try:
-            if security.keys_dir is not None:
-                keys[m] = load_key(Path(security.keys_dir) / key_file_name(party), party)
-            else:
-                keys[m] = load_key_from_env(key_env_var(m), party)
-        except FedxabError as exc:
-            raise FedxabError(
-                f"this run signs its messages (on by default on Kafka) but {party}'s key "
-                f"cannot be loaded: {exc}. Write keys with `fedxab keys generate --clients N "
-                "--out DIR` and pass --keys-dir DIR ([security] keys_dir; or the environment "
-                f"variables {KEY_ENV_PREFIX}<id>), or set [security] sign = false to run "
-                "unauthenticated"
-            ) from None
-    return keys
+        if security.keys_dir is not None:
+            path = Path(security.keys_dir) / key_file_name(party)
+            keys[m] = _loaded(f"{party}'s key", fix, load_key, path, party)
+        else:
+            keys[m] = _loaded(f"{party}'s key", fix, load_key_from_env, key_env_var(m), party)
+    return HmacSigner(keys, n)
+
+
+def _ed25519_signer(
+    security: SecurityConfig, clients: Iterable[int] | None, n: int
+) -> Ed25519Signer:
+    directory = security.keys_dir
+    if directory is None:
+        raise FedxabError(
+            'security.scheme = "ed25519" needs security.keys_dir (--keys-dir): the environment '
+            f"variables {KEY_ENV_PREFIX}<id> hold HMAC keys only; {_GENERATE}"
+        )
+    fix = (
+        "Write keys with `fedxab keys generate --clients N --out DIR` and pass --keys-dir DIR "
+        "([security] keys_dir)"
+    )
+
+    def private(party: str) -> PrivateKey:
+        path = private_key_path(directory, party)
+        return _loaded(f"{party}'s private key", fix, load_private_key, path, party)
+
+    def public(party: str) -> PublicKey:
+        path = public_key_path(directory, party)
+        return _loaded(f"{party}'s public key", fix, load_public_key, path, party)
+
+    if clients is None:  # the server: its own private key, every client's public key
+        mine: dict[KeyId, PrivateKey] = {SERVER: private(SERVER)}
+        theirs: dict[KeyId, PublicKey] = {m: public(client_sender(m)) for m in range(n)}
+    else:  # a client agent: its clients' private keys, the server's public key
+        mine = {m: private(client_sender(m)) for m in clients}
+        theirs = {SERVER: public(SERVER)}
+    return Ed25519Signer(mine, theirs, n)
 
 
 def signer_for(config: Config, clients: Iterable[int] | None = None) -> Signer | None:
-    """The server's signer (``clients`` None: every client's key) or a client agent's
-    (``clients``: its own clients' keys only); None if the run does not sign."""
+    """The server's signer (``clients`` None) or a client agent's (``clients``: the clients it
+    hosts), with the keys the scheme gives that party; None if the run does not sign."""
     if not signing_on(config):
         return None
     assert config.federation is not None
     n = config.federation.clients
     security = config.security or SecurityConfig()
-    return Signer(_load(security, range(n) if clients is None else clients), n)
+    if scheme_of(security) == "ed25519":
+        return _ed25519_signer(security, clients, n)
+    return _hmac_signer(security, range(n) if clients is None else clients, n)
+
+
+def _key_id(party: str) -> KeyId:
+    return SERVER if party == SERVER else int(party.removeprefix("client-"))
+
+
+def verifier_in(public_dir: str | Path) -> Ed25519Signer:
+    """An auditor's verifier: every public key (``<party>.pub``) in ``public_dir``, no private
+    key; a directory without any is an error that says where they are."""
+    keys: dict[KeyId, PublicKey] = {
+        _key_id(party): key for party, key in public_keys_in(public_dir).items()
+    }
+    clients = [key for key in keys if isinstance(key, int)]
+    return Ed25519Signer({}, keys, 1 + max(clients, default=0))
 
 
 def keyring_in(keys_dir: str | Path) -> dict[int, SecretKey]:
-    """Every client key in ``keys_dir`` (an auditor's: all of them, or a client's own), by id;
-    a directory without any key file is an error."""
+    """Every HMAC client key in ``keys_dir`` (an auditor's: all of them, or a client's own), by
+    id; a directory without any key file is an error."""
     directory = Path(keys_dir)
     if not directory.is_dir():
         raise FedxabError(f"--keys-dir: {directory} is not a directory of key files")
@@ -141,5 +219,10 @@ def keyring_in(keys_dir: str | Path) -> dict[int, SecretKey]:
             m = int(match.group(1))
             keys[m] = load_key(path, client_sender(m))
     if not keys:
-        raise FedxabError(f"--keys-dir: {directory} holds no client-N.key file")
+        hint = ""
+        if (directory / PUBLIC_DIR).is_dir():
+            hint = (
+                f" (Ed25519 keys: verify with their public keys, --verify {directory / PUBLIC_DIR})"
+            )
+        raise FedxabError(f"--keys-dir: {directory} holds no client-N.key file{hint}")
     return keys

@@ -1,9 +1,16 @@
-"""Per-client secret keys: generation, key files with owner-only permissions, loading.
+"""Per-client secret keys of the HMAC scheme: generation, key files with owner-only
+permissions, loading; and the key-file plumbing both schemes share.
 
 Every client of a federation (``"client-N"``, the envelope sender names of
 :mod:`fedxab.broker.codec`) has its own 32-byte key from :mod:`secrets`, shared with the server
 and nobody else: the server holds every client's key, a client its own only. The server has no
 key of its own: it signs with each client's key (:mod:`fedxab.security.signing` says why).
+
+Threat model: a shared key authenticates a message between its two holders only. The server holds
+every client's key, so it could forge any client's report or ledger record, and a third party
+cannot tell a client's record from one the server made: an auditor of an HMAC run trusts the
+server. The Ed25519 scheme (:mod:`fedxab.security.keypairs`, the default of ``fedxab keys
+generate``) gives every party a private key nobody else holds, so it cannot.
 
 A key file is two lines of text::
 
@@ -18,6 +25,10 @@ variable instead (for containers; never from the run config).
 
 A :class:`SecretKey` never shows its bytes: its repr and str name the party only, and no error
 message of this module quotes a key file's content.
+
+Shared with :mod:`fedxab.security.keypairs`: :func:`write_key_files` (every file created with
+``O_EXCL`` at its final mode, all or nothing) and :func:`read_key_file` (a private key file that
+its group or others may read is refused with the ``chmod`` fix).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from fedxab.broker.codec import client_sender
@@ -36,12 +48,16 @@ from fedxab.errors import FedxabError
 __all__ = [
     "KEY_BYTES",
     "SecretKey",
+    "check_clients",
     "format_key_file",
     "generate_keys",
     "key_file_name",
     "load_key",
     "load_key_from_env",
     "parse_key_text",
+    "read_key_file",
+    "write_key_file",
+    "write_key_files",
 ]
 
 KEY_BYTES = 32
@@ -119,6 +135,13 @@ def parse_key_text(text: str, where: str) -> SecretKey:
     """The key in a key file's ``text``; ``where`` names the source in errors (never the text)."""
     lines = text.strip().splitlines()
     header = _HEADER_RE.fullmatch(lines[0].strip()) if lines else None
+    if header is None and lines and " scheme=ed25519 " in lines[0]:
+        raise FedxabError(
+            f"{where}: an Ed25519 key, not an HMAC key (a run reads Ed25519 keys from the "
+            "private/ and public/ directories of its keys_dir; set [security] scheme = "
+            '"ed25519" or leave it out, or write HMAC keys with `fedxab keys generate '
+            "--scheme hmac`)"
+        )
     if header is None or len(lines) != 2:
         raise FedxabError(
             f"{where}: not a fedxab key file (expected a line 'fedxab-key v1 party=NAME' "
@@ -130,11 +153,13 @@ def parse_key_text(text: str, where: str) -> SecretKey:
     return SecretKey(header.group(1), bytes.fromhex(digits))
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Create ``path`` with mode 0o600 and write ``data``; refuse an existing path."""
+def write_key_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` with ``mode`` (0o600: a private key) and write ``data``; refuse an
+    existing path (``O_CREAT | O_EXCL``: the bytes never exist with looser permissions, and an
+    existing key file is never overwritten)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags, mode)
     except FileExistsError:
         raise FedxabError(
             f"{path}: already exists; refusing to overwrite a key file (delete it first "
@@ -144,7 +169,7 @@ def _write_private(path: Path, data: bytes) -> None:
         raise FedxabError(f"{path}: cannot create key file ({exc.strerror})") from None
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o600)  # in case the umask did something unusual
+            os.fchmod(fd, mode)  # in case the umask did something unusual
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -156,6 +181,42 @@ def _write_private(path: Path, data: bytes) -> None:
     os.close(fd)
 
 
+def write_key_files(
+    files: Sequence[tuple[Path, bytes, int]], directories: Sequence[tuple[Path, int]]
+) -> list[Path]:
+    """Write every ``(path, data, mode)`` of ``files`` (:func:`write_key_file`), all or nothing,
+    after creating the ``(directory, mode)`` of ``directories`` that are missing, in order.
+
+    If any of the files already exists, nothing is written and a :class:`FedxabError` names it
+    (and how many more). Returns the paths written, in order."""
+    existing = [path for path, _, _ in files if os.path.lexists(path)]
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise FedxabError(
+            f"{existing[0]}: already exists{more}; refusing to overwrite key files "
+            "(choose another --out or delete the old keys first)"
+        )
+    for directory, mode in directories:
+        try:
+            directory.mkdir(mode=mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FedxabError(
+                f"{directory}: cannot create the key directory ({exc.strerror})"
+            ) from None
+        if not directory.is_dir():
+            raise FedxabError(f"{directory}: not a directory")
+    written: list[Path] = []
+    try:
+        for path, data, mode in files:
+            write_key_file(path, data, mode)
+            written.append(path)
+    except BaseException:
+        for path in written:  # all or nothing: no half-provisioned directory
+            path.unlink(missing_ok=True)
+        raise
+    return written
+
+
 def generate_keys(n_clients: int, out_dir: str | os.PathLike) -> list[Path]:
     """Write ``client-0.key`` .. ``client-{n-1}.key`` in ``out_dir``.
 
@@ -164,35 +225,48 @@ def generate_keys(n_clients: int, out_dir: str | os.PathLike) -> list[Path]:
     paths written, in client order. The server uses the whole directory; client ``m`` gets
     ``client-m.key`` only.
     """
-    if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
-        raise FedxabError(f"clients: must be an integer >= 1, got {n_clients!r}")
+    check_clients(n_clients)
     out = Path(out_dir)
     parties = [client_sender(i) for i in range(n_clients)]
-    paths = [out / key_file_name(p) for p in parties]
-    existing = [p for p in paths if os.path.lexists(p)]
-    if existing:
-        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+    files = [
+        (out / key_file_name(p), format_key_file(SecretKey.generate(p)).encode("ascii"), 0o600)
+        for p in parties
+    ]
+    return write_key_files(files, [(out, 0o700)])
+
+
+def check_clients(n_clients: int) -> int:
+    """``n_clients`` if it is a number of clients to generate keys for (an integer >= 1)."""
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
+        raise FedxabError(f"clients: must be an integer >= 1, got {n_clients!r}")
+    return n_clients
+
+
+def read_key_file(path: str | os.PathLike, *, private: bool = True) -> str:
+    """The text of key file ``path``.
+
+    Refused: a path that is not a regular file, a malformed (not ASCII) file and, ``private``,
+    a file its group or others may read or write (fix: ``chmod 600 PATH``)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FedxabError(f"{p}: no such key file") from None
+    except OSError as exc:
+        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FedxabError(f"{p}: not a regular file")
+    if private and os.name == "posix" and st.st_mode & 0o077:
         raise FedxabError(
-            f"{existing[0]}: already exists{more}; refusing to overwrite key files "
-            "(choose another --out or delete the old keys first)"
+            f"{p}: key file permissions {stat.S_IMODE(st.st_mode):#o} are too open "
+            f"(group or others may access it); run `chmod 600 {p}`"
         )
     try:
-        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return p.read_text(encoding="ascii")
+    except UnicodeDecodeError:
+        raise FedxabError(f"{p}: not a fedxab key file (not ASCII text)") from None
     except OSError as exc:
-        raise FedxabError(f"{out}: cannot create the key directory ({exc.strerror})") from None
-    if not out.is_dir():
-        raise FedxabError(f"{out}: not a directory")
-    written: list[Path] = []
-    try:
-        for party, path in zip(parties, paths, strict=True):
-            text = format_key_file(SecretKey.generate(party))
-            _write_private(path, text.encode("ascii"))
-            written.append(path)
-    except BaseException:
-        for path in written:  # all or nothing: no half-provisioned directory
-            path.unlink(missing_ok=True)
-        raise
-    return written
+        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
 
 
 def load_key(path: str | os.PathLike, party: str | None = None) -> SecretKey:
@@ -204,26 +278,7 @@ def load_key(path: str | os.PathLike, party: str | None = None) -> SecretKey:
     p = Path(path)
     if party is not None:
         _check_party(party)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise FedxabError(f"{p}: no such key file") from None
-    except OSError as exc:
-        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise FedxabError(f"{p}: not a regular file")
-    if os.name == "posix" and st.st_mode & 0o077:
-        raise FedxabError(
-            f"{p}: key file permissions {stat.S_IMODE(st.st_mode):#o} are too open "
-            f"(group or others may access it); run `chmod 600 {p}`"
-        )
-    try:
-        text = p.read_text(encoding="ascii")
-    except UnicodeDecodeError:
-        raise FedxabError(f"{p}: not a fedxab key file (not ASCII text)") from None
-    except OSError as exc:
-        raise FedxabError(f"{p}: cannot read key file ({exc.strerror})") from None
-    key = parse_key_text(text, str(p))
+    key = parse_key_text(read_key_file(p), str(p))
     if party is not None and key.party != party:
         raise FedxabError(f"{p}: this is the key of {key.party!r}, expected {party!r}")
     return key

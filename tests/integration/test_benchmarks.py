@@ -1,10 +1,10 @@
 """Benchmark scripts run end to end at a small size and write their measurements.
 
-``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``) and ``bench_signing.py`` (issue 8: signing's
-cost on the Kafka Fed-PNE job, M = 10, T = 1000). Nothing here asserts on speed or memory:
-timings depend on the machine, and the scripts only report them. The tests check that the
-measurements exist, are well formed and consistent, and (signing) that the signed runs really
-signed.
+``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``) and ``bench_signing.py`` (issues 8 and 17:
+signing's cost on the Kafka Fed-PNE job, unsigned, HMAC and Ed25519, M = 10, T = 1000). Nothing
+here asserts on speed or memory: timings depend on the machine, and the scripts only report them.
+The tests check that the measurements exist, are well formed and consistent, and (signing) that
+the signed runs really signed, each under its scheme.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def test_same_noise_and_parameters_for_both(quick_run: tuple[dict, str]) -> None
     row = data["summary"][0]
     assert row["budget"] == 1000
     assert row["speed_ratio"] > 0
+    assert row["driver_alone_s"]["median"] > 0
+    assert sorted(r["seed"] for r in data["driver_runs"]) == [0, 1]
     for name in ("fedxab", "pyxab"):
         assert row[name]["seeds"] == 2
         assert row[name]["wall_time_s"]["median"] > 0
@@ -104,39 +106,78 @@ def test_signing_bench_signed_runs_really_signed(signing_run: tuple[dict, str]) 
     rounds = data["rounds"]
     assert rounds > 0 and data["messages_up"] == 10 * rounds
     assert data["unsigned_signing_calls"] == 0  # sign = false: no signing call at all
-    assert len(data["signed_runs"]) == 1
-    for run in data["signed_runs"]:
-        for op in ("sign", "verify"):
-            calls = run[op]
-            # every report of the run signed by its client and verified by the server, once
-            assert calls["by_kind"]["report"] == data["messages_up"], op
-            assert calls["by_kind"]["broadcast"] >= rounds, op
-            assert calls["failed"] == 0
-            assert calls["calls"] == sum(calls["by_kind"].values())
-            assert calls["bytes"] > 0 and calls["in_run_s"] > 0
+    assert set(data["schemes"]) == {"hmac", "ed25519"}
+    for scheme, result in data["schemes"].items():
+        assert len(result["signed_runs"]) == 1
+        for run in result["signed_runs"]:
+            assert run["schemes"] == [scheme]
+            for op in ("sign", "verify"):
+                calls = run[op]
+                # every report of the run signed by its client and verified by the server, once
+                assert calls["by_kind"]["report"] == data["messages_up"], (scheme, op)
+                assert calls["by_kind"]["broadcast"] >= rounds, (scheme, op)
+                assert calls["failed"] == 0
+                assert calls["calls"] == sum(calls["by_kind"].values())
+                assert calls["bytes"] > 0 and calls["in_run_s"] > 0
+        assert result["signing_on"] is True
+        assert result["replay"]["same_signatures"] is True
+    # a broadcast: one 32-byte tag per client (HMAC), one 64-byte signature (Ed25519)
+    assert data["schemes"]["hmac"]["last_signed_run"]["broadcast_sig_bytes"] == 10 * 32
+    assert data["schemes"]["ed25519"]["last_signed_run"]["broadcast_sig_bytes"] == 64
     assert data["signing_on"] is True
-    assert data["replay"]["same_signatures"] is True
     assert data["identical"] is True
 
 
 def test_signing_bench_numbers_are_consistent(signing_run: tuple[dict, str]) -> None:
     data, stdout = signing_run
     wall = data["wall_s"]
-    for variant in ("off", "on"):
+    for variant in ("off", "hmac", "ed25519"):
         st = wall[variant]
         assert len(st["times"]) == 1 and 0 < st["min"] <= st["median"] <= st["max"]
-    assert data["ratio"] == pytest.approx(wall["on"]["median"] / wall["off"]["median"])
-    replay = data["replay"]
-    last = data["last_signed_run"]
-    for op in ("sign", "verify"):
-        assert replay[op]["calls"] == last[op]["calls"] > 0
-        assert 0 < replay[op]["min"] <= replay[op]["median"] <= replay[op]["max"]
-    direct = replay["sign"]["median"] + replay["verify"]["median"]
-    assert data["direct_s"] == pytest.approx(direct)
-    assert data["share"] == pytest.approx(direct / wall["off"]["median"])
+    for scheme, result in data["schemes"].items():
+        assert result["ratio"] == pytest.approx(wall[scheme]["median"] / wall["off"]["median"])
+        replay = result["replay"]
+        last = result["last_signed_run"]
+        for op in ("sign", "verify"):
+            assert replay[op]["calls"] == last[op]["calls"] > 0
+            assert 0 < replay[op]["min"] <= replay[op]["median"] <= replay[op]["max"]
+        direct = replay["sign"]["median"] + replay["verify"]["median"]
+        assert result["direct_s"] == pytest.approx(direct)
+        assert result["share"] == pytest.approx(direct / wall["off"]["median"])
+        assert result["meets_target"] == (result["share"] < 0.05)
     assert data["target_share"] == 0.05
-    assert data["meets_target"] == (data["share"] < 0.05)
-    for title in ("signing off and on", "Signing and verifying every message", "by kind"):
+    for title in ("unsigned, HMAC and Ed25519", "Signing and verifying every message", "by kind"):
         assert title in stdout
-    assert stdout.count("meets target:") == 1
-    assert "Results identical with signing off and on: yes" in stdout
+    assert stdout.count("meets target:") == 2
+    assert "Results identical unsigned, with HMAC and with Ed25519: yes" in stdout
+
+
+# --------------------------------------------------------------------------- bench_accountants
+
+
+def test_accountants_bench_reports_every_accountant_in_both_cases(tmp_path):
+    from fedxab.privacy.accountants import ACCOUNTANTS
+
+    tiny = ["--clients", "3", "--releases", "10", "--repeats", "2"]
+    data, stdout = run_bench("bench_accountants.py", *tiny, out=tmp_path / "accountants.json")
+    assert (data["clients"], data["releases"], data["repeats"]) == (3, 10, 2)
+    assert data["distinct_histories"] == {"identical": 1, "distinct": 3}
+    measured = {r["backend"] for r in data["results"]}
+    assert measured | set(data["skipped"]) == set(ACCOUNTANTS)
+    assert measured >= {"rdp", "moments", "pld"}
+    by = {(r["backend"], r["case"]): r for r in data["results"]}
+    assert len(by) == 2 * len(measured)
+    for r in by.values():
+        assert len(r["times_s"]) == 2 and 0 < r["min_s"] <= r["median_s"] <= r["max_s"]
+        assert r["fallbacks"] == 0
+    # the issue's landmine figure; pld is below every RDP-based accountant
+    pld = by[("pld", "identical")]["epsilon_landmine"]
+    assert round(by[("rdp", "identical")]["epsilon_landmine"], 2) == 21.78
+    assert round(pld, 2) == 19.93
+    for backend in measured - {"pld", "opacus-prv"}:
+        assert by[(backend, "identical")]["epsilon_landmine"] > pld
+    # the identical case's clients all at one epsilon, the one reported for its history
+    for backend in measured:
+        identical = by[(backend, "identical")]
+        assert identical["max_epsilon"] == identical["epsilon_identical"]
+    assert stdout.count(" | identical | ") == stdout.count(" | distinct | ") == len(measured)

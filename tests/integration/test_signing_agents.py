@@ -1,6 +1,7 @@
-"""Signed agents on the embedded broker: same results as unsigned runs; forged, replayed and
-stale reports and forged broadcasts are rejected, counted and change nothing; a client without its
-key cannot join; keys never appear in logs, results, metrics or the ledger."""
+"""Signed agents on the embedded broker: same results as unsigned runs (HMAC and Ed25519); forged,
+replayed and stale reports and forged broadcasts are rejected, counted and change nothing (under
+Ed25519, even a report signed with all the server's key material); a client without its key cannot
+join; keys never appear in logs, results, metrics or the ledger."""
 
 from __future__ import annotations
 
@@ -24,8 +25,15 @@ from fedxab.config import config_from_dict
 from fedxab.errors import FedxabError
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.security.agents import key_env_var, signing_on
+from fedxab.security.keypairs import PrivateKey, generate_keypairs, load_private_key
 from fedxab.security.keys import SecretKey, generate_keys, load_key
-from fedxab.security.signing import SignedEnvelope, seal, seal_for_every_client
+from fedxab.security.signing import (
+    SIG_BYTES,
+    Ed25519Signer,
+    SignedEnvelope,
+    seal,
+    seal_for_every_client,
+)
 
 SEED = 3
 
@@ -60,6 +68,13 @@ def keys(tmp_path):
     return tmp_path / "keys"
 
 
+@pytest.fixture
+def pairs(tmp_path):
+    """Ed25519 key pairs of the server and 6 clients (``private/``, ``public/``)."""
+    generate_keypairs(6, tmp_path / "pairs")
+    return tmp_path / "pairs"
+
+
 def test_security_section_is_a_deployment_setting(keys):
     plain, signed = _config(), _config(keys)
     assert signed.security.sign and not signing_on(plain)
@@ -77,6 +92,7 @@ def test_kafka_runs_sign_by_default_the_embedded_broker_does_not():
     assert on("memory://", sign=True)
 
 
+@pytest.mark.parametrize(("scheme", "sig_bytes"), [("keys", 4 * SIG_BYTES), ("pairs", 64)])
 @pytest.mark.parametrize(
     ("algorithm", "extra"),
     [
@@ -84,16 +100,33 @@ def test_kafka_runs_sign_by_default_the_embedded_broker_does_not():
         ("dpfedpne", {"params": {"epsilon": 0.5, "privacy_delta": 1e-3}, "privacy": {}}),
     ],
 )
-def test_a_signed_run_gives_exactly_the_unsigned_results(keys, algorithm, extra):
-    def run(config):
-        return asyncio.run(run_on_broker(config, SEED, MemoryBroker(), hosts=2))
+def test_a_signed_run_gives_exactly_the_unsigned_results(
+    request, scheme, sig_bytes, algorithm, extra
+):
+    """HMAC (``keys``) and Ed25519 (``pairs``, detected from the directory); every broadcast
+    carries the scheme's signatures: 4 x 32 bytes (HMAC, 4 clients) or one of 64 (Ed25519)."""
+    keys = request.getfixturevalue(scheme)
+
+    def run(config, broker):
+        return asyncio.run(run_on_broker(config, SEED, broker, hosts=2))
 
     kw = {"budget": 3000 if algorithm == "fedpne" else 20_000}
-    plain = run(_config(algorithm=algorithm, clients=4, **kw, **extra))
-    signed = run(_config(keys, algorithm=algorithm, clients=4, **kw, **extra))
+    plain = run(_config(algorithm=algorithm, clients=4, **kw, **extra), MemoryBroker())
+    config = _config(keys, algorithm=algorithm, clients=4, **kw, **extra)
+    broker = MemoryBroker()
+    signed = run(config, broker)
     assert _without_time(signed) == _without_time(plain)
     if algorithm == "dpfedpne":  # the ledger was rebuilt from signed records
         assert signed.privacy == plain.privacy is not None
+    topic = run_topics("fedxab", run_id_for(config, SEED))["broadcast"]
+    broadcasts = asyncio.run(_values(broker, topic))
+    assert broadcasts and {len(unpackb(b)["sig"]) for b in broadcasts} == {sig_bytes}
+
+
+async def _values(broker: MemoryBroker, topic: str) -> list[bytes]:
+    from fedxab.privacy.mirror import read_to_end
+
+    return [r.value for r in await read_to_end(broker, topic)]
 
 
 def test_keys_can_come_from_environment_variables(keys, monkeypatch):
@@ -196,6 +229,43 @@ def test_forged_reports_are_rejected_counted_and_change_nothing(keys):
     assert _without_time(record) == _without_time(clean)
 
 
+def test_ed25519_forgeries_with_the_servers_key_material_are_rejected(pairs):
+    """Under Ed25519 the server holds its private key and the clients' public keys: a report of
+    client 0 signed with the server's private key (or a made-up key) is refused and counted
+    against client 0; a broadcast signed with client 0's private key is refused by every
+    client agent; the run's results are the clean run's."""
+    config = _config(pairs)
+    clean = asyncio.run(run_on_broker(config, SEED, MemoryBroker(), hosts=2))
+
+    async def main():
+        broker = MemoryBroker()
+        run_id = run_id_for(config, SEED)
+        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
+        tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
+        await _until(lambda: server.counts["report_accepted"] == 5, "5 reports")
+        topics = run_topics("fedxab", run_id)
+        server_key = load_private_key(pairs / "private" / "server.key", SERVER)
+        report = _report(run_id, server.phase).encode()
+        for key in (server_key, PrivateKey.generate("client-0")):
+            forged = Ed25519Signer({0: key}, {}, 6).seal(report, 0, server.session)
+            await broker.publish(topics["report"], "0", forged)
+        client_key = load_private_key(pairs / "private" / "client-0.key", "client-0")
+        broadcast = Envelope(run_id, "broadcast", server.phase, SERVER, "b", b"").encode()
+        forged = Ed25519Signer({SERVER: client_key}, {}, 6).seal_for_every_client(broadcast, "x")
+        await broker.publish(topics["broadcast"], None, forged)
+        last = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5])
+        tasks.append(asyncio.create_task(last.run()))
+        record, *_ = await asyncio.gather(*tasks)
+        return record, server, first, last
+
+    record, server, first, last = asyncio.run(main())
+    assert dict(server.rejected) == {("report", "bad_signature"): 2}
+    assert server.bad_signatures == {0: 2}
+    assert first.counts["broadcast_invalid"] == last.counts["broadcast_invalid"] == 1
+    assert _without_time(record) == _without_time(clean)
+
+
 class HoldingBroker(MemoryBroker):
     """Holds client 5's report of phase 2 until :attr:`release` is set (phase 1 is Fed-PNE's
     first with reports, so phase 2 is the first with an earlier phase's reports to replay)."""
@@ -273,14 +343,24 @@ def test_a_client_without_its_key_file_cannot_start(keys):
         ServerAgent(config, SEED, MemoryBroker(), run_id=run_id)
 
 
-def _spellings(key: SecretKey) -> list[bytes]:
+def _spellings(key: SecretKey | PrivateKey) -> list[bytes]:
     """The ways a key's bytes could be written down: raw, hex, base64, a key file's line."""
     raw = key.reveal()
     return [raw, raw.hex().encode(), raw.hex().upper().encode(), base64.b64encode(raw),
             base64.urlsafe_b64encode(raw), repr(raw).encode(), str(list(raw)).encode()]  # fmt: skip
 
 
-def test_keys_never_appear_in_logs_results_metrics_or_the_ledger(keys, tmp_path, caplog):
+def _secrets(keys, scheme: str) -> list[SecretKey | PrivateKey]:
+    """Every secret of a keys directory: the HMAC keys, or the Ed25519 private keys."""
+    if scheme == "keys":
+        return [load_key(keys / f"client-{m}.key", client_sender(m)) for m in range(6)]
+    parties = [SERVER, *(client_sender(m) for m in range(6))]
+    return [load_private_key(keys / "private" / f"{p}.key", p) for p in parties]
+
+
+@pytest.mark.parametrize("scheme", ["keys", "pairs"])
+def test_keys_never_appear_in_logs_results_metrics_or_the_ledger(request, scheme, tmp_path, caplog):
+    keys = request.getfixturevalue(scheme)
     ledger = tmp_path / "ledger.sqlite"
     config = _config(
         keys,
@@ -307,8 +387,7 @@ def test_keys_never_appear_in_logs_results_metrics_or_the_ledger(keys, tmp_path,
         "config": repr(config).encode() + json.dumps(config.to_dict()).encode(),
     }
     assert "INFO" in caplog.text or "WARNING" in caplog.text or caplog.records  # logs were taken
-    for m in range(6):
-        key = load_key(keys / f"client-{m}.key", client_sender(m))
+    for key in _secrets(keys, scheme):
         for where, text in texts.items():
             for spelling in _spellings(key):
-                assert spelling not in text, f"client {m}'s key in the {where}"
+                assert spelling not in text, f"{key.party}'s key in the {where}"

@@ -510,8 +510,9 @@ def check_refusals(samples, kind: str, plan: list[Hostile]) -> None:
 def test_soak_50_clients_on_kafka_under_faults_gives_the_fault_free_runs(tmp_path, dev_broker):
     rng = np.random.default_rng(FAULT_SEED)
     soak = Soak(tmp_path, dev_broker.url, rng)
+    generate = ["keys", "generate", "--clients", str(CLIENTS), "--out", str(soak.keys)]
     subprocess.run(
-        [*FEDXAB, "keys", "generate", "--clients", str(CLIENTS), "--out", str(soak.keys)],
+        [*FEDXAB, *generate, "--scheme", "hmac"],  # the injected forgeries are HMAC-signed
         check=True,
         capture_output=True,
         timeout=60,

@@ -18,9 +18,8 @@ from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.results import RunRecord
 from fedxab.run.identity import protocol_of
-from fedxab.security.agents import Signer
 from fedxab.security.keys import load_key
-from fedxab.security.signing import seal, seal_for_every_client
+from fedxab.security.signing import HmacSigner, seal, seal_for_every_client
 
 CLIENTS = 3
 SEED = 0
@@ -93,7 +92,7 @@ def record_run(keys_dir: str | None) -> Recorded:
         keys = {m: load_key(f"{keys_dir}/client-{m}.key") for m in range(CLIENTS)}
     # The lobby: a hello of another run (the client agent above met its server at once), and the
     # server's refusal of it
-    signer = Signer(keys, CLIENTS) if keys else None
+    signer = HmacSigner(keys, CLIENTS) if keys else None
     other = protocol_of(config, SEED + 1)
     body = {"protocol": other, "clients": list(range(CLIENTS)), "nonce": "0123abcd"}
     hello = lobby._envelope(run_id_for(config, SEED + 1), "hello", client_sender(0), body)

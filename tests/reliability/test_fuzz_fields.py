@@ -48,9 +48,8 @@ from fedxab.errors import ConfigError, ProtocolError
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mirror import apply_record
 from fedxab.run.identity import protocol_of
-from fedxab.security.agents import Signer
 from fedxab.security.keys import generate_keys
-from fedxab.security.signing import SignatureError, SignedEnvelope
+from fedxab.security.signing import HmacSigner, SignatureError, SignedEnvelope
 
 EXAMPLES = int(os.environ.get("FEDXAB_FUZZ_EXAMPLES", "1000"))
 
@@ -201,7 +200,7 @@ def test_a_live_client_agent_turns_every_confused_broadcast_into_a_broadcast_or_
 
 def test_the_ledger_reader_raises_only_its_protocol_errors(recorded):
     run_id = run_id_for(recorded.config, SEED)
-    signer = Signer(recorded.keys, CLIENTS) if recorded.keys else None
+    signer = HmacSigner(recorded.keys, CLIENTS) if recorded.keys else None
 
     @FUZZ
     @given(confused_record(recorded, "ledger"))
@@ -217,7 +216,7 @@ def test_the_ledger_reader_raises_only_its_protocol_errors(recorded):
 
 
 def test_the_lobby_refuses_or_ignores_every_confused_hello_and_refusal(recorded):
-    signer = Signer(recorded.keys, CLIENTS) if recorded.keys else None
+    signer = HmacSigner(recorded.keys, CLIENTS) if recorded.keys else None
     protocol = protocol_of(recorded.config, SEED)
     known = {run_id_for(recorded.config, SEED)}
 

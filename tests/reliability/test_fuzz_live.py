@@ -54,8 +54,8 @@ from fedxab.broker.base import lobby_topic
 from fedxab.broker.codec import client_sender, packb, unpackb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.run.identity import protocol_of
-from fedxab.security.agents import Signer
 from fedxab.security.keys import generate_keys, load_key
+from fedxab.security.signing import HmacSigner
 
 VARIANTS = int(os.environ.get("FEDXAB_FUZZ_VARIANTS", "1100"))
 LEAST_PER_MODE = 50_000 * VARIANTS // 1100  # at the default, 100,000 in the two modes
@@ -144,7 +144,7 @@ class FuzzingBroker(MemoryBroker):
         run_id = run_id_for(self.config, SEED + 1)
         hello = lobby._envelope(run_id, "hello", client_sender(0), body)
         keys = self.signing.keys
-        return Signer(keys, CLIENTS).seal(hello, 0, "") if keys else hello
+        return HmacSigner(keys, CLIENTS).seal(hello, 0, "") if keys else hello
 
     def _confuse(self, value: bytes) -> bytes:
         rng = self.rng

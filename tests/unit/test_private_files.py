@@ -17,6 +17,7 @@ from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.private_files import OWNER_ONLY, write_atomically
 from fedxab.results import write_results
 from fedxab.run.session import ClosedPhase
+from fedxab.security.keypairs import generate_keypairs
 from fedxab.security.keys import generate_keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +43,13 @@ def test_every_private_file_is_owner_only(tmp_path, open_umask):
     with PrivacyLedger(tmp_path / "ledger.db") as ledger:
         ledger.runs()
     keys = generate_keys(2, tmp_path / "keys")
+    pairs = generate_keypairs(2, tmp_path / "pairs")
     private = [results, checkpoint.path, tmp_path / "ledger.db", *keys]
-    assert {p.name: _mode(p) for p in private} == {p.name: OWNER_ONLY for p in private}
+    private += [p for p in pairs if p.suffix == ".key"]
+    assert {str(p): _mode(p) for p in private} == {str(p): OWNER_ONLY for p in private}
+    public = [p for p in pairs if p.suffix == ".pub"]  # public keys: for whoever verifies
+    assert len(public) == 3 and all(_mode(p) == 0o644 for p in public)
+    assert _mode(tmp_path / "pairs" / "private") == 0o700
     journals = [p for p in tmp_path.iterdir() if p.name.startswith("ledger.db-")]
     assert all(_mode(p) == OWNER_ONLY for p in journals)
 

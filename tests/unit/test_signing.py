@@ -286,7 +286,8 @@ def test_key_bytes_never_in_repr_str_or_logs(tmp_path, caplog):
 def test_cli_keys_generate(tmp_path):
     out = tmp_path / "keys"
     runner = CliRunner()
-    result = runner.invoke(app, ["keys", "generate", "--clients", "2", "--out", str(out)])
+    hmac = ["--scheme", "hmac"]
+    result = runner.invoke(app, ["keys", "generate", "--clients", "2", "--out", str(out), *hmac])
     assert result.exit_code == 0, result.output
     for name in ("client-0.key", "client-1.key"):
         assert str(out / name) in result.output
@@ -296,7 +297,7 @@ def test_cli_keys_generate(tmp_path):
     if os.name == "posix":
         assert _mode(out / "client-1.key") == 0o600
 
-    again = runner.invoke(app, ["keys", "generate", "--clients", "2", "--out", str(out)])
+    again = runner.invoke(app, ["keys", "generate", "--clients", "2", "--out", str(out), *hmac])
     assert again.exit_code == 2
     assert "already exists" in again.output
     assert "Traceback" not in again.output
@@ -311,6 +312,7 @@ def test_cli_keys_generate_if_missing_writes_once(tmp_path):
     out = tmp_path / "keys"
     runner = CliRunner()
     args = ["keys", "generate", "--clients", "2", "--out", str(out), "--if-missing"]
+    args += ["--scheme", "hmac"]
     first = runner.invoke(app, args)
     assert first.exit_code == 0 and "2 key file(s) written" in first.output
     before = {p.name: p.read_bytes() for p in out.iterdir()}

@@ -1,0 +1,101 @@
+"""Verifying a ledger from its evidence, with public keys alone (``fedxab audit --verify``).
+
+A ledger rebuilt from a signed run's ledger topic (:func:`~fedxab.privacy.mirror.rebuild_ledger`)
+keeps, with every release, the signed record that carried it (``events.evidence``). Each row is
+verified again from that evidence alone:
+
+1. the signature: by the client the row is about, or -- a record written under central DP,
+   which says so -- by the server about that client (:meth:`~fedxab.security.signing.Signer.open`
+   with the verifier's keys: for Ed25519 runs the public keys, which an auditor may hold without
+   being able to sign anything);
+2. the content: the evidence decodes to a release whose run, client, phase, release and event
+   are the row's (:func:`~fedxab.privacy.mirror.entry_of`), so a row cannot be edited, moved to
+   another client or run, or given another row's evidence.
+
+A row without evidence cannot be verified and fails. Under Ed25519 nobody but client ``m``
+holds ``m``'s private key, so a row that verifies as ``m``'s was signed by ``m``; a row signed by
+the server is counted apart (:attr:`Verification.by_server`): the server made it, as it does
+every release under central DP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fedxab.errors import ConfigError, ProtocolError
+from fedxab.privacy.ledger import PrivacyLedger
+from fedxab.privacy.mirror import entry_of
+from fedxab.security.signing import Signer
+
+__all__ = ["Failure", "Verification", "verify_ledger"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A row of the ledger that does not verify, and why."""
+
+    run: str
+    client: int
+    phase: int
+    release: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run}, client {self.client}, phase {self.phase}, release {self.release}: "
+            f"{self.reason}"
+        )
+
+
+@dataclass
+class Verification:
+    """What :func:`verify_ledger` found: the rows checked, how many verified (``by_server`` of
+    them signed by the server, central DP), and every row that failed."""
+
+    rows: int = 0
+    verified: int = 0
+    by_server: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether there was a row to check and every row verified."""
+        return self.rows > 0 and not self.failures
+
+
+def _reason(
+    verifier: Signer,
+    run: str,
+    row: tuple[int, int, int, object],
+    evidence: bytes | None,
+) -> tuple[str | None, bool]:
+    """Why the row ``(client, phase, release, event)`` of ``run`` fails against ``evidence``
+    (None if it verifies), and whether the server signed it."""
+    if evidence is None:
+        return "no evidence (a row recorded without its signed record cannot be verified)", False
+    try:
+        entry = entry_of(verifier.open(evidence), run, signed=True)
+    except (ProtocolError, ConfigError) as exc:
+        return f"{getattr(exc, 'reason', 'malformed')}: {exc}", False
+    found = (entry.client, entry.phase, entry.release, entry.event)
+    names = ("client", "phase", "release", "event")
+    differ = [f"{n} {f!r}" for n, f, r in zip(names, found, row, strict=True) if f != r]
+    if entry.entry != "release" or differ:
+        what = ", ".join(differ) if entry.entry == "release" else f"a {entry.entry!r} entry"
+        return f"the evidence is another record ({what})", entry.by_server
+    return None, entry.by_server
+
+
+def verify_ledger(ledger: PrivacyLedger, verifier: Signer, run: str | None = None) -> Verification:
+    """Verify every release of ``ledger`` (of ``run`` only, if given) from its evidence with
+    ``verifier``'s keys (:func:`~fedxab.security.agents.verifier_in`: public keys)."""
+    result = Verification()
+    for run_id, client, phase, release, event, evidence in ledger.evidence(run):
+        result.rows += 1
+        reason, by_server = _reason(verifier, run_id, (client, phase, release, event), evidence)
+        if reason is not None:
+            result.failures.append(Failure(run_id, client, phase, release, reason))
+            continue
+        result.verified += 1
+        result.by_server += by_server
+    return result
