@@ -52,9 +52,9 @@ __all__ = [
 
 DEFAULT_SEEDS = 10
 LANDMINE_DPFTSDE_SEEDS = 5
-"""dpftsde-landmine's default: a seed (12 algorithms, 29 agents) takes about 15 min of one core
-of a 2-core machine, most of it in the agents' own GP fits and acquisition (without the global
-regret, whose M SVM fits per evaluation took it to 1 h 40 min)."""
+"""dpftsde-landmine's default: a seed (12 algorithms, 29 agents) takes about 15 min in one
+process on a 2-core machine, 7 min 19 s with ``--jobs 2``, most of it in the agents' own GP fits
+and acquisition (without the global regret, whose M SVM fits per evaluation took 1 h 40 min)."""
 
 
 class ReproduceError(FedxabError, ValueError):
