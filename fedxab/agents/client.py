@@ -333,8 +333,8 @@ class ClientAgent:
 
     async def _flush_telemetry(self) -> None:
         """Publish, per client, the telemetry of the phases it answered since the last flush,
-        as messages (lists of entries) of at most :data:`TELEMETRY_PULLS` pulls each (about 256
-        KiB: well under a broker's message size limit, however long a phase), every
+        as messages (lists of entries) of at most :data:`TELEMETRY_PULLS` pulls each (512 KiB at
+        worst: well under a broker's message size limit, however long a phase), every
         ``telemetry_interval_s`` and at the end. The server drops entries it already has, so a
         resent entry changes nothing."""
         records = []

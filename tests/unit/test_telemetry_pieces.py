@@ -107,3 +107,25 @@ def test_a_round_no_client_reported_makes_the_curve_unknown_from_there():
     sums.flush()
     cum, _ = sums.curves(np.arange(1, 5), np.array([4, 4]))
     assert cum[:2].tolist() == [1.0, 2.0] and np.isnan(cum[2:]).all()
+
+
+def test_terms_travel_run_length_encoded_and_come_back_bit_for_bit():
+    from fedxab.broker.codec import packb, unpackb
+    from fedxab.errors import ProtocolError
+    from fedxab.run.evaluation import run_lengths
+
+    terms = np.array([0.5, 0.5, 0.5, 0.0, -0.0, -0.0, 1e-300, 0.5, 0.5])
+    values, runs = run_lengths(terms)
+    assert runs.tolist() == [3, 1, 2, 1, 2]  # 0.0 and -0.0 are different bits: two runs
+    assert values.tolist() == [0.5, 0.0, -0.0, 1e-300, 0.5]
+    whole = Telemetry(2, 1, 40, 9, terms, np.full(9, 0.25))
+    wire = whole.to_wire()
+    assert wire["local_terms"].tolist() == [0.25] and wire["local_terms_runs"].tolist() == [9]
+    back = Telemetry.from_wire(unpackb(packb(wire)))
+    for name in ("global_terms", "local_terms"):
+        assert getattr(back, name).tobytes() == getattr(whole, name).tobytes()
+    assert Telemetry.from_wire(Telemetry(0, 0, 0, 0, np.empty(0), None).to_wire()).count == 0
+    for bad in ({"global_terms_runs": [3, 1, 2, 1, 1]}, {"global_terms_runs": [3, 1, 2, 3, 0]},
+                {"global_terms_runs": [9]}):  # fmt: skip
+        with pytest.raises(ProtocolError):
+            Telemetry.from_wire(wire | bad)
