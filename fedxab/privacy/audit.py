@@ -12,6 +12,7 @@ accountant call per distinct history, from the ledger's ``totals`` view of the e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ def client_summaries(
     for r in runs:
         budgets = ledger.budgets(r)
         releases = ledger.releases_all(r)
+        owners = ledger.run_owners(r)
         deltas = ledger.deltas(r, delta)
         by_accountant = {a.name: ledger.epsilons(r, deltas, a) for a in accountants}
         for client in ledger.clients(r):
@@ -66,7 +68,7 @@ def client_summaries(
                 {
                     "run": r,
                     "client": client,
-                    "owner": ledger.owner(r, client),
+                    "owner": owners.get(client),
                     "releases": releases.get(client, 0),
                     "delta": deltas.get(client),
                 }
@@ -81,12 +83,13 @@ def owner_summaries(
     """One row per data owner: the runs it took part in, its releases over all of them, and the
     epsilon they spent together against its lifetime budget
     (:meth:`PrivacyLedger.lifetime_spent`)."""
+    releases_of = functools.cache(ledger.releases_all)  # one query per run, not per owner
     rows = []
     for owner in ledger.owners():
         budget = ledger.lifetime_budget(owner)
         at = delta if delta is not None else None if budget is None else budget.delta
         taken = ledger.owner_runs(owner)
-        releases = sum(ledger.releases_all(run).get(client, 0) for run, client in taken)
+        releases = sum(releases_of(run).get(client, 0) for run, client in taken)
         epsilons = {
             a.name: None if at is None else ledger.lifetime_spent(owner, at, a)
             for a in [ledger.accountant, *also]

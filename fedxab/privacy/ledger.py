@@ -498,6 +498,11 @@ class PrivacyLedger:
         ).fetchone()
         return None if row is None else row[0]
 
+    def run_owners(self, run: str) -> dict[int, str]:
+        """The data owner of each client of ``run`` that names one (one query)."""
+        rows = self._db.execute("SELECT client, owner FROM owners WHERE run=?", (run,))
+        return dict(rows.fetchall())
+
     def owners(self) -> list[str]:
         """Every data owner named in the ledger, sorted."""
         return [r[0] for r in self._db.execute("SELECT DISTINCT owner FROM owners ORDER BY 1")]

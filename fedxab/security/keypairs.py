@@ -46,7 +46,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from fedxab.broker.codec import SERVER, client_sender
 from fedxab.errors import FedxabError
-from fedxab.security.keys import check_clients, read_key_file, write_key_files
+from fedxab.security.keys import check_clients, check_party, read_key_file, write_key_files
 
 __all__ = [
     "ED25519_BYTES",
@@ -82,9 +82,7 @@ _PUBLIC_FILE_RE = re.compile(rf"({_PARTY})\.pub")
 
 
 def _check_party(party: str) -> str:
-    if not isinstance(party, str) or not _PARTY_RE.fullmatch(party):
-        raise FedxabError(f"key party must be 'server' or 'client-<id>', got {party!r:.80}")
-    return party
+    return check_party(party, _PARTY_RE, "'server' or 'client-<id>'")
 
 
 class PublicKey:

@@ -49,6 +49,7 @@ __all__ = [
     "KEY_BYTES",
     "SecretKey",
     "check_clients",
+    "check_party",
     "format_key_file",
     "generate_keys",
     "key_file_name",
@@ -68,9 +69,13 @@ _HEX_RE = re.compile(rf"[0-9a-f]{{{2 * KEY_BYTES}}}")
 _PARTY_RE = re.compile(r"client-[0-9]{1,18}")
 
 
-def _check_party(party: str) -> str:
-    if not isinstance(party, str) or not _PARTY_RE.fullmatch(party):
-        raise FedxabError(f"key party must be 'client-<id>', got {party!r:.80}")
+def check_party(
+    party: str, pattern: re.Pattern[str] = _PARTY_RE, allowed: str = "'client-<id>'"
+) -> str:
+    """``party`` if it is a key owner's name (matches ``pattern``); else an error naming the
+    ``allowed`` names. Shared with :mod:`fedxab.security.keypairs`."""
+    if not isinstance(party, str) or not pattern.fullmatch(party):
+        raise FedxabError(f"key party must be {allowed}, got {party!r:.80}")
     return party
 
 
@@ -84,7 +89,7 @@ class SecretKey:
     __slots__ = ("_secret", "party")
 
     def __init__(self, party: str, secret: bytes) -> None:
-        _check_party(party)
+        check_party(party)
         if not isinstance(secret, bytes) or len(secret) != KEY_BYTES:
             raise FedxabError(f"a key for {party!r} must be {KEY_BYTES} bytes")
         self.party = party
@@ -123,7 +128,7 @@ class SecretKey:
 
 def key_file_name(party: str) -> str:
     """The key file name of ``party``: ``client-N.key``."""
-    return f"{_check_party(party)}.key"
+    return f"{check_party(party)}.key"
 
 
 def format_key_file(key: SecretKey) -> str:
@@ -277,7 +282,7 @@ def load_key(path: str | os.PathLike, party: str | None = None) -> SecretKey:
     """
     p = Path(path)
     if party is not None:
-        _check_party(party)
+        check_party(party)
     key = parse_key_text(read_key_file(p), str(p))
     if party is not None and key.party != party:
         raise FedxabError(f"{p}: this is the key of {key.party!r}, expected {party!r}")
@@ -287,7 +292,7 @@ def load_key(path: str | os.PathLike, party: str | None = None) -> SecretKey:
 def load_key_from_env(var: str, party: str) -> SecretKey:
     """``party``'s key from environment variable ``var``: 64 hex digits (a key file's second
     line) or a whole key file's text, whose party must then be ``party``."""
-    _check_party(party)
+    check_party(party)
     value = os.environ.get(var)
     if value is None or not value.strip():
         raise FedxabError(f"environment variable {var} is not set (expected {party}'s key)")
