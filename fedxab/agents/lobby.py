@@ -25,6 +25,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from fedxab.agents.waits import wait_set
 from fedxab.broker.base import Broker, Record
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ProtocolError
@@ -94,10 +95,7 @@ async def announce_and_watch(
     async def say_hello() -> None:
         while not matched.is_set():
             await broker.publish(topic, str(clients[0]), hello)
-            try:
-                await asyncio.wait_for(matched.wait(), HELLO_INTERVAL_S)
-            except TimeoutError:
-                continue
+            await wait_set(matched, HELLO_INTERVAL_S)
 
     sender = asyncio.create_task(say_hello())
     sub = broker.subscribe(topic, None)

@@ -36,7 +36,6 @@ of the clients and of the regret telemetry (:mod:`fedxab.run.evaluation`) from i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -50,6 +49,7 @@ import numpy as np
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.lobby import refuse_strangers
 from fedxab.agents.supervise import supervised
+from fedxab.agents.waits import wait_set
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.broker.codec import SERVER, Envelope, packb
@@ -467,8 +467,7 @@ class ServerAgent:
             timeout = min(repeat - (now - last_progress), next_status - now)
             if deadline is not None:
                 timeout = min(timeout, deadline - (now - opened))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), max(0.001, timeout))
+            await wait_set(self._wakeup, max(0.001, timeout))
             now = time.monotonic()
             if now >= next_status:
                 log.warning(self._waiting_text(int(msg.phase), now - opened))
@@ -602,12 +601,10 @@ class ServerAgent:
         while not done() and time.monotonic() < stop:
             self._wakeup.clear()
             wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), max(0.001, wait))
-            except TimeoutError:
-                if time.monotonic() < stop:
-                    self._count("broadcast_repeated")
-                    await self._publish(self.finished)
+            woken = await wait_set(self._wakeup, max(0.001, wait))
+            if not woken and time.monotonic() < stop:
+                self._count("broadcast_repeated")
+                await self._publish(self.finished)
             if progress() != seen:
                 seen, stop = progress(), time.monotonic() + idle_s
         gone = sorted(set(range(self.n_clients)) - self.left)

@@ -132,7 +132,8 @@ async def _stop_quietly(
     CancelledError of one of the client's own tasks; none of that may replace the error that
     made the agent stop (it is logged), nor hide a real cancellation (re-raised)."""
     try:
-        await asyncio.wait_for(client.stop(), timeout)
+        async with asyncio.timeout(timeout):
+            await client.stop()
     except TimeoutError:
         log.warning("stopping %s took over %g s: given up (the broker is gone?)", what, timeout)
     except asyncio.CancelledError:
@@ -650,7 +651,8 @@ class _KafkaSubscription(Subscription):
                 for p in range(self._broker._partitions_for(self._topic))
             ]
         try:
-            ends = await asyncio.wait_for(consumer.end_offsets(partitions), limit)
+            async with asyncio.timeout(limit):
+                ends = await consumer.end_offsets(partitions)
         except (KafkaError, TimeoutError) as exc:
             silent = time.monotonic() - answered
             if silent > limit:

@@ -289,7 +289,8 @@ async def rebuild_ledger(
         records = aiter(sub)
         while not expect <= result.ended:
             try:  # an idle limit: a long ledger still arriving is read to its end
-                record = await asyncio.wait_for(anext(records), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    record = await anext(records)
             except (TimeoutError, StopAsyncIteration):
                 log.warning(
                     "ledger topic %s: no end marker from client(s) %s (no record for %.0f s)",
