@@ -1189,6 +1189,7 @@ def _reproduce_command(
     plot_only: bool = False,
     quiet: bool = False,
     jobs: int = 1,
+    workers: int | None = None,
 ) -> Path | None:
     """The body of `fedxab reproduce` (printing to ``console``); returns the figure's path."""
     import time
@@ -1223,6 +1224,7 @@ def _reproduce_command(
         output=output,
         figure=figure,
         validate=not plot_only,
+        workers=workers,
     )
     exp = plan.experiment
     if plot_only:
@@ -1388,6 +1390,16 @@ def reproduce(
             "the progress bar then moves when an algorithm is done).",
         ),
     ] = 1,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help="Host each run's clients in this many processes ([run] workers; same "
+            "results). Uses jobs x workers cores.",
+        ),
+    ] = None,
 ) -> None:
     """Reproduce a figure of the federated papers: every algorithm over N seeds, results.json
     per algorithm and a PNG with mean ± 1 std bands (see fedxab.reproduce)."""
@@ -1404,6 +1416,7 @@ def reproduce(
             plot_only=plot_only,
             quiet=quiet,
             jobs=jobs,
+            workers=workers,
         )
 
 

@@ -252,6 +252,10 @@ class RunConfig(Section):
     """Evaluations per client: the horizon T."""
     output: str = "results"
     """Directory (relative to the working directory) that receives ``results.json``."""
+    workers: int = 1
+    """Processes that host the clients of an in-process federated run: 1 (the default) runs them
+    in this process; N > 1 splits them across N worker processes (:mod:`fedxab.agents.workers`),
+    with the same results."""
 
     def _check(self) -> None:
         if self.seed < 0:
@@ -266,6 +270,11 @@ class RunConfig(Section):
             )
         if not self.output.strip():
             raise ConfigError("run.output", "must be a non-empty directory path")
+        if self.workers < 1:
+            raise ConfigError(
+                "run.workers",
+                f"must be an integer >= 1 (processes hosting clients), got {self.workers}",
+            )
 
     @property
     def seeds(self) -> list[int]:
@@ -873,11 +882,13 @@ class Config:
         }
 
     def experiment_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the ``[broker]`` and ``[security]`` deployment settings:
-        what results files record and what run ids are derived from."""
+        """:meth:`to_dict` without the deployment settings (``[broker]``, ``[security]`` and
+        ``run.workers``, which change where a run computes, never its results): what results
+        files record and what run ids are derived from."""
         data = self.to_dict()
         data.pop("broker", None)
         data.pop("security", None)
+        data["run"].pop("workers", None)
         return data
 
     def algorithm_params(self) -> dict[str, Any]:

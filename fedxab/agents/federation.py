@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.local import RunStartCallback, run_seeds
+from fedxab.agents.workers import Answer, ClientWorkers, check_workers
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config
+from fedxab.errors import ConfigError
 from fedxab.results import RunRecord, RunResults
 from fedxab.run.accounting import (
     FederationError,
@@ -110,29 +112,40 @@ class Federation:
         self.config = config
         self.seed = seed
         self.metrics = metrics
+        self.functions = functions
         self.run_id = run_id_for(config, seed)
+        self.workers = config.run.workers
         n_clients = config.federation.clients if config.federation is not None else 0
+        if self.workers > 1:
+            check_workers(config, None)  # the functions: when the workers start
+            if keep_points:
+                raise ConfigError(
+                    "run.workers", "must be 1 with keep_points (the points stay in the workers)"
+                )
         parts = build_run(
             config,
             seed,
             run_id=self.run_id,
             server=True,
-            client_ids=range(n_clients),
+            client_ids=range(n_clients) if self.workers == 1 else (),
             functions=functions,
             keep_points=keep_points,
         )
-        assert parts.server is not None and parts.clients is not None
+        assert parts.server is not None
         self.session, self.hosted = parts.server, parts.clients
         self.run_ledger = parts.run_ledger
         self.n_clients = n_clients
         self.budget = config.run.budget
         self.server = self.session.server
-        self.clients = [self.hosted.clients[m] for m in range(n_clients)]
+        self.evaluators = {} if self.hosted is None else self.hosted.evaluators
+        hosted_clients = {} if self.hosted is None else self.hosted.clients
+        self.clients = [hosted_clients[m] for m in sorted(hosted_clients)]
         """The client state machines, in client order (for inspection; the run drives
-        ``hosted``, the clients' session)."""
+        ``hosted``, the clients' session). Empty with ``run.workers > 1``: they live in the
+        worker processes."""
         self.family = self.session.family
         self.sums = self.session.sums
-        self.evaluators = self.hosted.evaluators
+        self._observed_best: dict[int, float | None] = {}
         self.recommendation: np.ndarray | None = None
 
     @property
@@ -143,12 +156,14 @@ class Federation:
     @property
     def used(self) -> np.ndarray:
         """Evaluations per client so far."""
+        if self.hosted is None:
+            return self.sums.used.copy()
         return np.array([e.used for e in self.evaluators.values()], dtype=np.int64)
 
     @property
     def points(self) -> list[list[np.ndarray]] | None:
         """With ``keep_points=True``, ``points[m]``: the batches client m evaluated, in order."""
-        if self.evaluators[0].points is None:
+        if not self.evaluators or self.evaluators[0].points is None:
             return None
         return [e.points for e in self.evaluators.values()]  # type: ignore[misc]
 
@@ -160,26 +175,50 @@ class Federation:
         if self.run_ledger is not None:
             observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         try:
-            record = self._run(observer)
+            if self.hosted is None:
+                with ClientWorkers(
+                    self.config,
+                    self.seed,
+                    run_id=self.run_id,
+                    n_workers=self.workers,
+                    functions=self.functions,
+                ) as workers:
+                    record = self._run(observer, workers)
+            else:
+                record = self._run(observer, None)
         except BaseException:
             observer.fail_run()
             raise
         observer.end_run(record)
         return record
 
-    def _answer(self, broadcast_cls: type, wire: bytes, m: int) -> bytes:
-        """Client ``m``'s encoded report for the encoded broadcast ``wire``; the telemetry of
-        its pulls goes straight to the server session's sums."""
-        broadcast = broadcast_cls.from_wire(unpackb(wire))
+    def _answers(
+        self, broadcast_cls: type, wire: bytes, active: list[int], workers: ClientWorkers | None
+    ) -> list[tuple[int, bytes]]:
+        """The active clients' encoded reports to the encoded broadcast ``wire``, each client
+        decoding its own copy; the telemetry of their pulls goes straight to the sums."""
         try:
-            report, telemetry, _ = self.hosted.answer(m, broadcast)
+            if workers is not None:
+                answers = workers.answer(wire, active)
+            else:
+                answers = [self._answer(broadcast_cls, wire, m) for m in active]
         except BudgetExceededError as exc:
             raise FederationError(str(exc)) from exc
-        if telemetry is not None:
-            self.sums.add(telemetry)
-        return packb(report.to_wire())
+        reports = []
+        for m, report, telemetry, best in answers:
+            if telemetry is not None:
+                self.sums.add(telemetry)
+            self._observed_best[m] = best
+            reports.append((m, report))
+        return reports
 
-    def _run(self, observer: RunObserver) -> RunRecord:
+    def _answer(self, broadcast_cls: type, wire: bytes, m: int) -> Answer:
+        """Client ``m``'s answer, hosted in this process."""
+        assert self.hosted is not None
+        report, telemetry, _ = self.hosted.answer(m, broadcast_cls.from_wire(unpackb(wire)))
+        return m, packb(report.to_wire()), telemetry, self.evaluators[m].observed.best
+
+    def _run(self, observer: RunObserver, workers: ClientWorkers | None) -> RunRecord:
         session, sums = self.session, self.sums
         n_clients, budget = self.n_clients, self.budget
         every = max(1, budget // PROGRESS_UPDATES)
@@ -199,8 +238,8 @@ class Federation:
             wire = packb(msg.to_wire())
             phase = session.phase
             active = session.active
-            for m in active:
-                verdict = session.classify(m, phase, self._answer(type(msg), wire, m))
+            for m, report in self._answers(type(msg), wire, list(active), workers):
+                verdict = session.classify(m, phase, report)
                 if verdict.outcome != "accepted":
                     raise FederationError(f"phase {phase}: {verdict.outcome}: {verdict.text}")
             sums.flush()
@@ -253,8 +292,13 @@ class Federation:
         wall = time.perf_counter() - t0
 
         check_budgets_used(sums.used, session.expected_use())
+        outcomes = (
+            workers.outcomes()
+            if workers is not None
+            else {m: self.hosted.outcome(m) for m in range(n_clients)}  # type: ignore[union-attr]
+        )
         for m in range(n_clients):
-            session.add_outcome(self.hosted.outcome(m))
+            session.add_outcome(outcomes[m])
         record = session.record(wall, self.privacy_block())
         self.recommendation = record.recommendation
         return record
@@ -274,7 +318,7 @@ class Federation:
             global_simple=global_simple,
             local_simple=local_simple,
         )
-        observer.on_observed(mean_best(e.observed.best for e in self.evaluators.values()))
+        observer.on_observed(mean_best(self._observed_best.values()))
 
     @property
     def withdrawn(self) -> dict[int, Any]:

@@ -159,12 +159,23 @@ class RandomFeatures:
         return int(self.spectral.shape[1])
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        """``Φ``, the (n, M) matrix whose rows are ``φ(x)ᵀ`` for the rows x of X (n, D)."""
-        cos = np.cos(as_points(X, self.dim) @ self.spectral.T + self.phase)
+        """``Φ``, the (n, M) matrix whose rows are ``φ(x)ᵀ`` for the rows x of X (n, D).
+
+        Computed in one (n, M) array, in place: an own-TS step evaluates fresh features on the
+        whole grid, and each temporary of that size costs about as much as the arithmetic. With
+        D = 1 the products ``x·s_j`` are plain products (a matrix product of inner dimension 1
+        rounds each the same way), so the values are those of ``cos(X Sᵀ + b)`` exactly."""
+        X = as_points(X, self.dim)
+        arg = X * self.spectral.T if self.dim == 1 else X @ self.spectral.T
+        arg += self.phase
+        features = np.cos(arg, out=arg)
         if self.normalize:
-            norms = np.linalg.norm(cos, axis=1, keepdims=True)
-            return math.sqrt(self.signal_variance) * cos / norms
-        return math.sqrt(2.0 * self.signal_variance / self.n_features) * cos
+            norms = np.linalg.norm(features, axis=1, keepdims=True)
+            features *= math.sqrt(self.signal_variance)
+            features /= norms
+        else:
+            features *= math.sqrt(2.0 * self.signal_variance / self.n_features)
+        return features
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
         """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement (§3.9)."""

@@ -56,7 +56,8 @@ class Plan:
     figure: Path
     entries: tuple[PlannedEntry, ...]
     overrides: Mapping[str, int]
-    """The overrides given (``seeds``, ``budget``, ``clients``), for the command line echo."""
+    """The overrides given (``seeds``, ``budget``, ``clients``, ``workers``), for the command
+    line echo."""
 
     @property
     def make_args(self) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class Plan:
             "clients": self.clients,
             "output": self.output,
             "figure": self.figure,
+            "workers": self.overrides.get("workers"),
         }
 
     @property
@@ -108,6 +110,7 @@ def make_plan(
     output: str | os.PathLike[str] | None = None,
     figure: str | os.PathLike[str] | None = None,
     validate: bool = True,
+    workers: int | None = None,
 ) -> Plan:
     """The configs of experiment ``name`` with the overrides, validated (bad values and missing
     landmine data raise a :class:`FedxabError` here, before anything runs).
@@ -118,6 +121,7 @@ def make_plan(
     ``output/<entry>/results.json`` (default ``results/reproduce/NAME``), the figure to
     ``figure`` (default ``output/NAME.png``). ``validate=False`` skips building the objectives
     and algorithms (enough to find and plot earlier results, without the landmine data).
+    ``workers`` is ``[run] workers`` of every run: processes hosting its clients (same results).
     """
     from fedxab.config import config_from_dict
 
@@ -125,6 +129,7 @@ def make_plan(
     seeds = exp.seeds if seeds is None else _positive("--seeds", seeds)  # type: ignore[assignment]
     budget = _positive("--budget", budget)
     clients = _positive("--clients", clients)
+    workers = _positive("--workers", workers)
     if clients is not None and exp.fixed_clients:
         ms = ", ".join(str(e.clients) for e in exp.entries)
         raise ReproduceError(
@@ -145,6 +150,7 @@ def make_plan(
                 "repeats": seeds,
                 "budget": horizon,
                 "output": directory.as_posix(),
+                **({} if workers is None else {"workers": workers}),
             },
             "objective": dict(exp.objective),
             "algorithm": dict(entry.algorithm),
@@ -161,6 +167,8 @@ def make_plan(
         overrides["budget"] = budget
     if clients is not None:
         overrides["clients"] = clients
+    if workers is not None:
+        overrides["workers"] = workers
     return Plan(exp, seeds, horizon, clients, out, fig, tuple(planned), overrides)
 
 

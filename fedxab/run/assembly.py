@@ -175,7 +175,11 @@ def build_run(
         else:  # local DP: each client releases
             for m, client in zip(ids, clients, strict=True):
                 client.gate = gates[m] = run_ledger.gate(m)
-    family = client_family(config, seed, ids, functions) if ids else server_family(config, seed)
+    family = (
+        client_family(config, seed, ids, functions)
+        if ids or functions is not None
+        else server_family(config, seed)
+    )
     client_session = None
     if ids:
         noise = make_noise_model(config)

@@ -108,7 +108,7 @@ def test_to_dict_roundtrips_and_is_plain_data():
     )
     d = cfg.to_dict()
     assert d == {
-        "run": {"seed": 3, "repeats": 1, "budget": 100, "output": "results"},
+        "run": {"seed": 3, "repeats": 1, "budget": 100, "output": "results", "workers": 1},
         "objective": {"name": "garland", "noise": {"name": "uniform", "half_width": 0.2}},
         "algorithm": {"name": "hct", "rho": 0.7, "nu": 2},
     }
