@@ -181,3 +181,22 @@ def test_accountants_bench_reports_every_accountant_in_both_cases(tmp_path):
         identical = by[(backend, "identical")]
         assert identical["max_epsilon"] == identical["epsilon_identical"]
     assert stdout.count(" | identical | ") == stdout.count(" | distinct | ") == len(measured)
+
+
+# ------------------------------------------------------------------------- bench_reproductions
+
+
+def test_reproductions_bench_times_every_entry_with_each_worker_count(tmp_path):
+    from fedxab.reproduce import make_plan
+
+    small = ["dpftsde-synthetic-q", "--budget", "12", "--clients", "4", "--workers", "2,1"]
+    data, stdout = run_bench("bench_reproductions.py", *small, out=tmp_path / "r.json")
+    keys = [pe.entry.key for pe in make_plan("dpftsde-synthetic-q", validate=False).entries]
+    assert [e["key"] for e in data["entries"]] == keys
+    assert data["workers"] == [2, 1]
+    for entry in data["entries"]:
+        assert entry["same_results"] is True
+        assert all(s > 0 for s in entry["seconds"].values())
+    assert data["per_seed_s"] == pytest.approx(sum(e["seconds"]["2"] for e in data["entries"]))
+    (total,) = [line for line in stdout.splitlines() if line.startswith("all (1 seed) | ")]
+    assert total.endswith(" | yes")
