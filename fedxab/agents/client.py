@@ -54,7 +54,12 @@ from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.run.accounting import phase_communication
 from fedxab.run.assembly import Functions, build_run, regret_known
-from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches
+from fedxab.run.evaluation import (
+    TELEMETRY_PULLS,
+    Telemetry,
+    telemetry_batches,
+    telemetry_to_wire,
+)
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best
@@ -342,7 +347,7 @@ class ClientAgent:
             for batch in telemetry_batches(entries, TELEMETRY_PULLS):
                 a, b = batch[0], batch[-1]
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
-                body = packb([t.to_wire() for t in batch])
+                body = packb(telemetry_to_wire(batch))
                 records.append((str(m), self._envelope("telemetry", m, b.phase, msg_id, body)))
         await self.broker.publish_many(self.topics["control"], records)
         self._unsent = {}

@@ -60,7 +60,7 @@ from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
 from fedxab.run.assembly import build_run
-from fedxab.run.evaluation import Telemetry
+from fedxab.run.evaluation import Telemetry, telemetry_from_wire
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import (
     EpsilonWatch,
@@ -343,10 +343,7 @@ class ServerAgent:
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
         each of client ``m``, of a phase up to the envelope's, accepted by the regret sums."""
-        body = env.body()
-        if not isinstance(body, list) or not body:
-            raise ProtocolError("telemetry must be a non-empty list of entries")
-        entries = [Telemetry.from_wire(item) for item in body]
+        entries = telemetry_from_wire(env.body())
         for t in entries:
             if t.client != m or t.phase > env.phase:
                 raise ProtocolError(

@@ -21,7 +21,7 @@ only the counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,19 +98,6 @@ class Telemetry:
     global_terms: np.ndarray | None
     local_terms: np.ndarray | None
 
-    def to_wire(self) -> dict[str, Any]:
-        """Plain data; each regret term array run-length encoded (:func:`run_lengths`)."""
-        data: dict[str, Any] = {
-            "phase": self.phase,
-            "client": self.client,
-            "start": self.start,
-            "count": self.count,
-        }
-        for name in _TERMS:
-            terms = getattr(self, name)
-            data[name], data[f"{name}_runs"] = (None, None) if terms is None else run_lengths(terms)
-        return data
-
     def split(self, max_count: int) -> list[Telemetry]:
         """This telemetry as pieces of at most ``max_count`` pulls each, cut at fixed offsets
         from :attr:`start` (so a piece sent twice is the same piece: the receiver dedupes it)."""
@@ -132,33 +119,67 @@ class Telemetry:
             )
         return pieces
 
-    @classmethod
-    def from_wire(cls, data: Any) -> Telemetry:
-        count = wire_int(data, "count")
-        terms = {}
-        for name in _TERMS:
-            if data.get(name) is None:
-                terms[name] = None
-                continue
-            values = wire_array(data, name, "f")
-            runs = wire_array(data, f"{name}_runs", "i")
-            if runs.shape != values.shape or (runs.size and runs.min() < 1):
-                raise ProtocolError(
-                    f"field {name}_runs must hold one run length >= 1 per value of {name!r}"
-                )
-            if int(runs.sum()) != count:
-                raise ProtocolError(f"field {name!r} must hold {count} values, got {runs.sum()}")
-            terms[name] = np.repeat(values, runs)
-        return cls(
-            phase=wire_int(data, "phase"),
-            client=wire_int(data, "client"),
-            start=wire_int(data, "start"),
-            count=count,
-            **terms,
-        )
-
 
 _TERMS = ("global_terms", "local_terms")
+
+
+def telemetry_to_wire(entries: Sequence[Telemetry]) -> dict[str, Any]:
+    """One client's entries, in order, as one message body: each entry's phase, start and
+    count, and each regret term concatenated over the entries and run-length encoded
+    (:func:`run_lengths`), once per message rather than once per entry (a term is None in every
+    entry or in none)."""
+    if not entries or len({t.client for t in entries}) != 1:
+        raise ValueError("telemetry_to_wire takes a non-empty list of one client's entries")
+    data: dict[str, Any] = {
+        "client": entries[0].client,
+        "phases": np.array([t.phase for t in entries], dtype=np.int64),
+        "starts": np.array([t.start for t in entries], dtype=np.int64),
+        "counts": np.array([t.count for t in entries], dtype=np.int64),
+    }
+    for name in _TERMS:
+        terms = [getattr(t, name) for t in entries]
+        if all(x is None for x in terms):
+            data[name] = data[f"{name}_runs"] = None
+            continue
+        if any(x is None for x in terms):
+            raise ValueError(f"{name} is None in some telemetry entries and not in others")
+        data[name], data[f"{name}_runs"] = run_lengths(np.concatenate(terms))
+    return data
+
+
+def telemetry_from_wire(data: Any) -> list[Telemetry]:
+    """The entries of a :func:`telemetry_to_wire` body; a malformed one raises ProtocolError
+    naming the field."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"telemetry must be a map of fields, got {type(data).__name__}")
+    client = wire_int(data, "client")
+    phases, starts, counts = (wire_array(data, f, "i") for f in ("phases", "starts", "counts"))
+    if not phases.size or not (phases.shape == starts.shape == counts.shape):
+        raise ProtocolError("fields phases, starts and counts must hold one value per entry")
+    if phases.min() < 0 or starts.min() < 0 or counts.min() < 0:
+        raise ProtocolError("fields phases, starts and counts must hold integers >= 0")
+    total = int(counts.sum())
+    cuts = np.cumsum(counts)[:-1]
+    terms: dict[str, list[np.ndarray] | list[None]] = {}
+    for name in _TERMS:
+        if data.get(name) is None:
+            terms[name] = [None] * phases.size
+            continue
+        values = wire_array(data, name, "f")
+        runs = wire_array(data, f"{name}_runs", "i")
+        if runs.shape != values.shape or (runs.size and runs.min() < 1):
+            raise ProtocolError(
+                f"field {name}_runs must hold one run length >= 1 per value of {name!r}"
+            )
+        if int(runs.sum()) != total:
+            raise ProtocolError(f"field {name!r} must hold {total} values, got {runs.sum()}")
+        terms[name] = np.split(np.repeat(values, runs), cuts)
+    return [
+        Telemetry(int(p), client, int(a), int(c), g, loc)
+        for p, a, c, g, loc in zip(
+            phases, starts, counts, terms["global_terms"], terms["local_terms"], strict=True
+        )
+    ]
 
 
 def run_lengths(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

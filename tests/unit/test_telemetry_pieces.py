@@ -112,20 +112,37 @@ def test_a_round_no_client_reported_makes_the_curve_unknown_from_there():
 def test_terms_travel_run_length_encoded_and_come_back_bit_for_bit():
     from fedxab.broker.codec import packb, unpackb
     from fedxab.errors import ProtocolError
-    from fedxab.run.evaluation import run_lengths
+    from fedxab.run.evaluation import run_lengths, telemetry_from_wire, telemetry_to_wire
 
     terms = np.array([0.5, 0.5, 0.5, 0.0, -0.0, -0.0, 1e-300, 0.5, 0.5])
     values, runs = run_lengths(terms)
     assert runs.tolist() == [3, 1, 2, 1, 2]  # 0.0 and -0.0 are different bits: two runs
     assert values.tolist() == [0.5, 0.0, -0.0, 1e-300, 0.5]
-    whole = Telemetry(2, 1, 40, 9, terms, np.full(9, 0.25))
-    wire = whole.to_wire()
-    assert wire["local_terms"].tolist() == [0.25] and wire["local_terms_runs"].tolist() == [9]
-    back = Telemetry.from_wire(unpackb(packb(wire)))
-    for name in ("global_terms", "local_terms"):
-        assert getattr(back, name).tobytes() == getattr(whole, name).tobytes()
-    assert Telemetry.from_wire(Telemetry(0, 0, 0, 0, np.empty(0), None).to_wire()).count == 0
-    for bad in ({"global_terms_runs": [3, 1, 2, 1, 1]}, {"global_terms_runs": [3, 1, 2, 3, 0]},
-                {"global_terms_runs": [9]}):  # fmt: skip
+    # three phases of one client in one message: the terms encoded once, over all three
+    entries = [
+        Telemetry(2, 1, 40, 9, terms, np.full(9, 0.25)),
+        Telemetry(3, 1, 49, 0, np.empty(0), np.empty(0)),
+        Telemetry(4, 1, 49, 2, np.array([0.5, 0.5]), np.array([0.25, 0.5])),
+    ]
+    wire = telemetry_to_wire(entries)
+    assert wire["local_terms"].tolist() == [0.25, 0.5]
+    assert wire["local_terms_runs"].tolist() == [10, 1]
+    assert wire["global_terms_runs"].tolist() == [3, 1, 2, 1, 4]  # the runs span entries
+    back = telemetry_from_wire(unpackb(packb(wire)))
+    assert [(t.phase, t.client, t.start, t.count) for t in back] == [
+        (2, 1, 40, 9), (3, 1, 49, 0), (4, 1, 49, 2)
+    ]  # fmt: skip
+    for a, b in zip(entries, back, strict=True):
+        for name in ("global_terms", "local_terms"):
+            assert getattr(b, name).tobytes() == getattr(a, name).tobytes()
+    (alone,) = telemetry_from_wire(telemetry_to_wire([Telemetry(0, 0, 0, 3, None, None)]))
+    assert alone.global_terms is None and alone.local_terms is None and alone.count == 3
+    for bad in ({"global_terms_runs": [3, 1, 2, 1, 3]}, {"global_terms_runs": [3, 1, 2, 5, 0]},
+                {"global_terms_runs": [11]}, {"counts": [9, 0]}, {"starts": [40, -1, 49]},
+                {"phases": []}, {"client": "1"}):  # fmt: skip
         with pytest.raises(ProtocolError):
-            Telemetry.from_wire(wire | bad)
+            telemetry_from_wire(wire | bad)
+    with pytest.raises(ProtocolError, match="map of fields"):
+        telemetry_from_wire([wire])
+    with pytest.raises(ValueError, match="one client"):
+        telemetry_to_wire([entries[0], Telemetry(2, 2, 0, 0, np.empty(0), np.empty(0))])
