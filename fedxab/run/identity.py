@@ -37,8 +37,10 @@ __all__ = [
     "run_id_of",
 ]
 
-PROTOCOL_VERSION = 1
-"""Version of the protocol dict itself: parties of different versions never share a run."""
+PROTOCOL_VERSION = 2
+"""Version of the protocol dict and of the messages: parties of different versions never share
+a run. 2: a telemetry message carries a client's entries of several phases with their regret
+terms run-length encoded (:func:`fedxab.run.evaluation.telemetry_to_wire`)."""
 
 
 class ProtocolMismatchError(FedxabError, RuntimeError):
