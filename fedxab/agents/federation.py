@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.local import RunStartCallback, run_seeds
-from fedxab.agents.workers import Answer, ClientWorkers, check_workers
-from fedxab.broker.codec import packb, unpackb
+from fedxab.agents.workers import ClientWorkers, answer_client, check_workers
+from fedxab.broker.codec import packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError
 from fedxab.results import RunRecord, RunResults
@@ -193,15 +193,17 @@ class Federation:
         return record
 
     def _answers(
-        self, broadcast_cls: type, wire: bytes, active: list[int], workers: ClientWorkers | None
+        self, wire: bytes, active: list[int], workers: ClientWorkers | None
     ) -> list[tuple[int, bytes]]:
         """The active clients' encoded reports to the encoded broadcast ``wire``, each client
         decoding its own copy; the telemetry of their pulls goes straight to the sums."""
+        name = self.config.algorithm.name
         try:
             if workers is not None:
                 answers = workers.answer(wire, active)
             else:
-                answers = [self._answer(broadcast_cls, wire, m) for m in active]
+                assert self.hosted is not None
+                answers = [answer_client(self.hosted, name, wire, m) for m in active]
         except BudgetExceededError as exc:
             raise FederationError(str(exc)) from exc
         reports = []
@@ -211,12 +213,6 @@ class Federation:
             self._observed_best[m] = best
             reports.append((m, report))
         return reports
-
-    def _answer(self, broadcast_cls: type, wire: bytes, m: int) -> Answer:
-        """Client ``m``'s answer, hosted in this process."""
-        assert self.hosted is not None
-        report, telemetry, _ = self.hosted.answer(m, broadcast_cls.from_wire(unpackb(wire)))
-        return m, packb(report.to_wire()), telemetry, self.evaluators[m].observed.best
 
     def _run(self, observer: RunObserver, workers: ClientWorkers | None) -> RunRecord:
         session, sums = self.session, self.sums
@@ -238,7 +234,7 @@ class Federation:
             wire = packb(msg.to_wire())
             phase = session.phase
             active = session.active
-            for m, report in self._answers(type(msg), wire, list(active), workers):
+            for m, report in self._answers(wire, list(active), workers):
                 verdict = session.classify(m, phase, report)
                 if verdict.outcome != "accepted":
                     raise FederationError(f"phase {phase}: {verdict.outcome}: {verdict.text}")

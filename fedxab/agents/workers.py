@@ -33,8 +33,9 @@ from fedxab.errors import ConfigError, FedxabError
 from fedxab.run.assembly import Functions, build_run
 from fedxab.run.evaluation import Telemetry
 from fedxab.run.outcome import ClientOutcome
+from fedxab.run.session import ClientSession
 
-__all__ = ["Answer", "ClientWorkers", "WorkerError", "check_workers"]
+__all__ = ["Answer", "ClientWorkers", "WorkerError", "answer_client", "check_workers"]
 
 Answer = tuple[int, bytes, Telemetry | None, float | None]
 """One client's answer to a phase: (client, encoded report, telemetry of its pulls, best value
@@ -105,7 +106,7 @@ def _serve(
     name = config.algorithm.name
     handlers: dict[str, Callable[..., Any]] = {
         "answer": lambda wire, active: [
-            _answer(hosted, name, wire, m) for m in active if m in hosted.clients
+            answer_client(hosted, name, wire, m) for m in active if m in hosted.clients
         ],
         "outcomes": lambda: {m: hosted.outcome(m) for m in ids},
     }
@@ -124,8 +125,10 @@ def _serve(
             conn.send(("error", WorkerError(f"{type(reply[1]).__name__}: {reply[1]}")))
 
 
-def _answer(hosted: Any, name: str, wire: bytes, m: int) -> Answer:
-    """Client ``m``'s answer to the encoded broadcast ``wire`` (decoded for it alone)."""
+def answer_client(hosted: ClientSession, name: str, wire: bytes, m: int) -> Answer:
+    """Client ``m``'s answer to the encoded broadcast ``wire`` of algorithm ``name`` (decoded
+    for it alone), ``hosted`` being the session that holds it: in a worker, or in the
+    in-process runner itself."""
     report, telemetry, _ = hosted.answer(m, decode_broadcast(name, unpackb(wire)))
     return m, packb(report.to_wire()), telemetry, hosted.evaluators[m].observed.best
 

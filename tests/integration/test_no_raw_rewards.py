@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import fedxab.agents.federation as federation
+import fedxab.agents.workers as workers
 from fedxab.agents.federation import Federation
 from fedxab.broker.codec import packb
 from fedxab.config import config_from_dict
@@ -70,7 +71,8 @@ def _run_and_capture(monkeypatch, name, params):
         sent.append(obj)
         return packb(obj)
 
-    monkeypatch.setattr(federation, "packb", capturing_packb)
+    monkeypatch.setattr(federation, "packb", capturing_packb)  # broadcasts
+    monkeypatch.setattr(workers, "packb", capturing_packb)  # reports (answer_client)
     fed.run()
     reports = [m for m in sent if str(m.get("kind", "")).endswith(".report")]
     leaked = set(raw) & {v for m in reports for v in _floats(m)}
