@@ -134,7 +134,8 @@ def answer_client(hosted: ClientSession, name: str, wire: bytes, m: int) -> Answ
 
 
 class ClientWorkers:
-    """The clients of one run, hosted by ``n_workers`` spawned processes (see the module).
+    """The clients of one run, hosted by ``n_workers`` processes, forked where the platform
+    can (:func:`_context`; see the module).
 
     Use as a context manager, or call :meth:`close`: the workers stop with it (and are killed
     if they do not)."""
