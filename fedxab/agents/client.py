@@ -68,6 +68,7 @@ from fedxab.security.signing import KeyId, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.objectives.families import ClientFamily
 
 __all__ = ["ClientAgent"]
 
@@ -90,6 +91,7 @@ class ClientAgent:
         metrics: FederationMetrics | None = None,
         metrics_privacy_only: bool = False,
         functions: Functions | None = None,
+        family: ClientFamily | None = None,
     ) -> None:
         fed = config.federation
         if fed is None or config.agents is None:
@@ -111,7 +113,13 @@ class ClientAgent:
         self.executor = executor
         self.algorithm = config.algorithm.name
         parts = build_run(
-            config, seed, run_id=run_id, server=False, client_ids=client_ids, functions=functions
+            config,
+            seed,
+            run_id=run_id,
+            server=False,
+            client_ids=client_ids,
+            functions=functions,
+            family=family,
         )
         assert parts.clients is not None
         self.hosted = parts.clients
@@ -252,9 +260,10 @@ class ClientAgent:
         return out
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Add one client's new pulls to the agent's regret view (in the executor thread)."""
+        """Add one client's new pulls to the agent's regret view (in the executor thread), if
+        its observer wants the regret (not beside a server agent, which has the whole view)."""
         self._evaluations += telemetry.count
-        if telemetry.count == 0:
+        if telemetry.count == 0 or not self.observer.wants_regret:
             return
         k = self._slot[telemetry.client]
         for row, terms in enumerate((telemetry.global_terms, telemetry.local_terms)):
@@ -269,6 +278,8 @@ class ClientAgent:
         observer.on_phase(counts, time.perf_counter() - self._opened, active=self._active())
         observer.on_evaluations(self._evaluations)
         self._evaluations = 0
+        if not observer.wants_regret:
+            return
         n = len(self.clients)
         used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
         known = np.isfinite(self._best).all(axis=1)

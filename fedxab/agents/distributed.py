@@ -35,12 +35,13 @@ from fedxab.broker.base import Broker
 from fedxab.config import Config
 from fedxab.errors import FedxabError
 from fedxab.results import RunRecord, RunResults
-from fedxab.run.assembly import Functions
+from fedxab.run.assembly import Functions, server_family
 from fedxab.run.identity import run_id_for
 from fedxab.run.observe import ProgressCallback
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.objectives.families import ClientFamily
     from fedxab.run.finished import FinishedRuns
 
 __all__ = [
@@ -76,6 +77,7 @@ def _server_agent(
     progress: ProgressCallback | None,
     metrics: FederationMetrics | None = None,
     resume: bool | None = None,
+    family: ClientFamily | None = None,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
     job = [run_id_for(config, s) for s in config.run.seeds]
@@ -90,6 +92,7 @@ def _server_agent(
         metrics=metrics,
         known_runs=job,
         resume=resume,
+        family=family,
     )
 
 
@@ -101,8 +104,10 @@ def client_agent(
     metrics: FederationMetrics | None = None,
     privacy_only: bool = False,
     functions: Functions | None = None,
+    family: ClientFamily | None = None,
 ) -> ClientAgent:
-    """The client agent of clients ``ids`` in run ``seed`` of ``config``."""
+    """The client agent of clients ``ids`` in run ``seed`` of ``config`` (``family``: see
+    :func:`~fedxab.run.assembly.build_run`)."""
     return ClientAgent(
         config,
         seed,
@@ -113,6 +118,7 @@ def client_agent(
         metrics=metrics,
         metrics_privacy_only=privacy_only,
         functions=functions,
+        family=family,
     )
 
 
@@ -133,9 +139,21 @@ async def run_on_broker(
     :class:`~fedxab.agents.server.ServerAgent`). An error of one agent stops the others and is
     raised as it is (the first :class:`~fedxab.errors.FedxabError` among them, if any)."""
     assert config.federation is not None
-    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics, resume)
+    # a simulated family is drawn once for every agent here (users' own objectives: each client
+    # agent loads its clients', the server has none)
+    family = server_family(config, seed) if functions is None else None
+    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics, resume, family)
     agents = [
-        client_agent(config, seed, broker, ids, metrics, privacy_only=True, functions=functions)
+        client_agent(
+            config,
+            seed,
+            broker,
+            ids,
+            metrics,
+            privacy_only=True,
+            functions=functions,
+            family=family,
+        )
         for ids in client_slices(config.federation.clients, hosts)
     ]
     try:

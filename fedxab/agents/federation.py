@@ -14,7 +14,7 @@ exactly as a deployment would, every message going through the wire codec
         session.close_phase(len(wire), len(active))      # the barrier is met: every report
         msg = session.msg
 
-and counts, per phase (= one communication round, spec-fedpne-pfpne §4.4), the messages and
+and counts, per phase (= one communication round, as in [FX] and [PF]), the messages and
 encoded bytes down (``len(wire) x M``) and up (the sum of the reports' sizes), and the reports
 the server accepted. The final :class:`~fedxab.algorithms.protocol.Finished` carries the
 recommendation and is not counted as a round.
@@ -23,8 +23,7 @@ recommendation and is not counted as a round.
 from the stream ``(seed, "noise", m)`` and records, at the client's next positions
 ``t = used_m + 1, ..., used_m + n`` of its budget T, the noise-free regret terms
 ``f* - f(x_{m,t})`` (global objective) and ``f_m* - f_m(x_{m,t})`` (its own objective), summed
-over clients per round in two float64 arrays of length T (memory O(T), whatever M). From them
-(spec-fedpne-pfpne §1.2):
+over clients per round in two float64 arrays of length T (memory O(T), whatever M). From them:
 
 - ``cumulative_regret``: ``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))``, [FX]'s plotted quantity;
 - ``local_cumulative_regret``: ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))``, [PF]'s;

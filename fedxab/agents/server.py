@@ -1,6 +1,6 @@
 """The server agent: drives a federated server state machine over a broker (asyncio service).
 
-Per phase (DESIGN.md, Contracts): publish the broadcast on ``{ns}.{run}.broadcast``; read reports
+Per phase: publish the broadcast on ``{ns}.{run}.broadcast``; read reports
 from ``{ns}.{run}.report`` (consumer group ``server``, committed only once a phase is
 checkpointed, so an unfinished phase's reports are delivered again after a restart); feed each
 valid report to the state machine; close the phase when every expected client has reported, or,
@@ -75,6 +75,7 @@ from fedxab.security.signing import SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.objectives.families import ClientFamily
 
 __all__ = ["RunConflictError", "ServerAgent"]
 
@@ -115,6 +116,7 @@ class ServerAgent:
         metrics: FederationMetrics | None = None,
         known_runs: Collection[str] = (),
         resume: bool | None = None,
+        family: ClientFamily | None = None,
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
@@ -136,7 +138,7 @@ class ServerAgent:
         self.signer = signer_for(config)  # None unless [security] sign = true
         self.budget = config.run.budget
         self.algorithm = config.algorithm.name
-        parts = build_run(config, seed, run_id=run_id, server=True)
+        parts = build_run(config, seed, run_id=run_id, server=True, family=family)
         assert parts.server is not None
         self.run_session = parts.server
         """The run's server side (:class:`~fedxab.run.session.ServerSession`): this agent
@@ -305,7 +307,7 @@ class ServerAgent:
                 self._reject("invalid", "bad_payload", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
-                if self.run_session.add_telemetry(telemetry):
+                if self.run_session.add_telemetry(telemetry, checked=True):
                     self._observe_telemetry(telemetry)
             self._wakeup.set()
         elif env.kind == "outcome":
@@ -327,13 +329,15 @@ class ServerAgent:
         self._count(f"control_{env.kind}")
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Fresh telemetry: the live regret sums (display and metrics)."""
+        """Fresh telemetry: the live regret sums (display and metrics), if someone reads them."""
         self.fresh_telemetry += 1
+        self.observer.on_evaluations(telemetry.count)
+        if not (self.observer.wants_progress or self.observer.wants_regret):
+            return
         if telemetry.global_terms is not None:
             self.live_regret += float(telemetry.global_terms.sum())
         if telemetry.local_terms is not None:
             self.live_local_regret += float(telemetry.local_terms.sum())
-        self.observer.on_evaluations(telemetry.count)
         sums = self.sums
         self.observer.on_regret(
             cumulative=self.live_regret / self.n_clients if sums.global_sum is not None else None,

@@ -137,8 +137,8 @@ class ClientWorkers:
     """The clients of one run, hosted by ``n_workers`` processes, forked where the platform
     can (:func:`_context`; see the module).
 
-    Use as a context manager, or call :meth:`close`: the workers stop with it (and are killed
-    if they do not)."""
+    Use as a context manager, or call :meth:`~fedxab.agents.workers.ClientWorkers.close`:
+    the workers stop with it (and are killed if they do not)."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The federated protocol contract (DESIGN.md, Contracts: Federated protocol; sans-I/O like h11).
+"""The federated protocol contract: sans-I/O state machines, in the style of h11.
 
 A federated algorithm is a pair of pure state machines:
 
@@ -208,9 +208,9 @@ class Withdrawal:
     """Client -> server: the client leaves the run at ``phase`` and sends nothing more.
 
     A client withdraws when it refuses the phase's release, e.g. because the release would take
-    it over its privacy budget (DESIGN.md, Privacy: "the algorithm then treats that client as
-    dropped out"). It made ``used`` evaluations in all and none in this phase; ``reason`` says
-    why, for the operator.
+    it over its privacy budget (:mod:`fedxab.privacy.gate`); fedxab's choice is that the
+    algorithm then treats that client as dropped out. It made ``used`` evaluations in all and
+    none in this phase; ``reason`` says why, for the operator.
     """
 
     phase: int

@@ -1,6 +1,6 @@
 """The Broker interface: topics of byte records, consumer groups, commit after handling.
 
-DESIGN.md, Contracts: Broker. A broker moves opaque byte records (encoded envelopes,
+A broker moves opaque byte records (encoded envelopes,
 :mod:`fedxab.broker.codec`) between agents. Its semantics are Kafka's, reduced to what the agents
 use, so that the in-memory broker (:mod:`fedxab.broker.memory`) and the Kafka broker
 (:mod:`fedxab.broker.kafka`) are interchangeable:

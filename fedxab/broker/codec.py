@@ -1,11 +1,11 @@
 """The message payload codec: plain data <-> msgpack bytes, numpy arrays as an extension type.
 
-Broadcasts and reports (DESIGN.md, Contracts: Federated protocol) turn into plain data with
-``to_wire()``: maps with string keys, lists, strings, numbers, booleans, ``None``, bytes, and
-numpy arrays. :func:`packb` writes that as msgpack; :func:`unpackb` reads it back. On a broker,
-every message travels in an :class:`Envelope` (schema version, run id, kind, phase, sender,
-message id, send time) whose ``payload`` is those msgpack bytes, unchanged: the payload's size is
-what the results count as communication, whatever the transport.
+Broadcasts and reports (the messages of :mod:`fedxab.algorithms.protocol`) turn into plain data
+with ``to_wire()``: maps with string keys, lists, strings, numbers, booleans, ``None``, bytes,
+and numpy arrays. :func:`packb` writes that as msgpack; :func:`unpackb` reads it back. On a
+broker, every message travels in an :class:`Envelope` (schema version, run id, kind, phase,
+sender, message id, send time) whose ``payload`` is those msgpack bytes, unchanged: the
+payload's size is what the results count as communication, whatever the transport.
 
 Numpy arrays travel as msgpack extension type :data:`NDARRAY_EXT` (code 1) whose body is the
 msgpack of ``[dtype.str, shape, raw C-order bytes]``, for numeric dtypes only (bool, signed and
@@ -233,7 +233,7 @@ def unpack_frame(data: bytes | bytearray | memoryview, what: str) -> dict[str, A
         raise ProtocolError(f"malformed {what}: {reason}") from exc
     if not isinstance(raw, dict):
         raise ProtocolError(f"{what} must be a map, got {type(raw).__name__}")
-    if any(isinstance(v, dict) for v in raw.values()):
+    if dict in map(type, raw.values()):  # (msgpack makes plain dicts: no subclass to miss)
         raise ProtocolError(f"malformed {what}: a map where a scalar belongs")
     return raw
 
@@ -286,7 +286,7 @@ class Envelope:
     """What travels on a broker topic: routing and dedupe fields around a payload.
 
     ``(run_id, phase, sender, msg_id)`` identifies a message: a receiver that has handled it once
-    drops every later copy (at-least-once delivery plus dedupe, DESIGN.md Contracts: Broker).
+    drops every later copy (at-least-once delivery plus dedupe, see :mod:`fedxab.broker.base`).
     ``payload`` is the msgpack of a message's ``to_wire()`` (or of a control body); its decoding
     is the receiver's job (:meth:`body`), so routing never needs to parse it.
     """

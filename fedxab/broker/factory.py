@@ -16,8 +16,9 @@ one or more groups separated by ``;``, each a comma-separated list of ``key=valu
 Keys (each at most once per group): ``duplicate`` and ``drop`` (probabilities in [0, 1]),
 ``reorder_window`` (an integer >= 1), ``reorder_delay_s`` (seconds >= 0), ``seed`` (an integer
 >= 0) and ``kinds`` (topic kinds joined by ``+``: broadcast, report, control, ledger; default
-broadcast+report+control); anything left out takes :class:`FaultyBroker`'s default. Each group
-wraps the broker once more, so different topic kinds can get different faults. A bad value is a
+broadcast+report+control); anything left out takes
+:class:`~fedxab.broker.faults.FaultyBroker`'s default. Each group wraps the broker once more, so
+different topic kinds can get different faults. A bad value is a
 :class:`~fedxab.errors.ConfigError` naming the variable; an injecting broker logs a warning.
 """
 

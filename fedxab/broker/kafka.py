@@ -501,7 +501,7 @@ async def _assign(
 
 
 class _KafkaSubscription(Subscription):
-    """A consumer of one topic, created on first use and stopped by :meth:`close`."""
+    """A consumer of one topic, created on first use and stopped by ``close()``."""
 
     def __init__(self, broker: KafkaBroker, topic: str, group: str | None) -> None:
         self._broker = broker

@@ -34,16 +34,25 @@ class _Topic:
     def __init__(self, name: str) -> None:
         self.name = name
         self.records: list[Record] = []
-        self.changed = asyncio.Event()  # set and replaced on every append
+        self._changed: asyncio.Event | None = None  # what readers at the end of the log await
 
     def append(self, key: str | None, value: bytes) -> None:
         self.records.append(Record(self.name, 0, len(self.records), key, value))
         self.wake()
 
+    def changed(self) -> asyncio.Event:
+        """The event the next ``wake()`` sets: a reader that has read every record awaits
+        it. Made when a reader first waits, so that a batch of appends no one waits between
+        (a client agent's reports) makes and sets one event, not one per record."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
     def wake(self) -> None:
-        """Wake every waiting reader (a fresh event for the next wait, so none spins)."""
-        event, self.changed = self.changed, asyncio.Event()
-        event.set()
+        """Wake every waiting reader (the next wait gets a fresh event, so none spins)."""
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
 
 class _MemorySubscription(Subscription):
@@ -69,8 +78,7 @@ class _MemorySubscription(Subscription):
                 self._position += 1
                 yield record
                 continue
-            changed = topic.changed
-            await changed.wait()
+            await topic.changed().wait()
 
     def __aiter__(self) -> AsyncIterator[Record]:
         return self._records()

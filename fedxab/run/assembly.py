@@ -134,6 +134,7 @@ def build_run(
     client_ids: Sequence[int] = (),
     functions: Functions | None = None,
     keep_points: bool = False,
+    family: ClientFamily | None = None,
 ) -> RunParts:
     """The parts of run ``seed`` of a federated ``config`` for a party that is the server
     (``server``) and/or hosts ``client_ids``: the in-process runner is both, a server agent the
@@ -143,7 +144,11 @@ def build_run(
     under central DP, each client under local DP) and binds a gate per client to the state
     machines. A party that hosts clients evaluates their objectives (``functions``, or the
     config's); the server's view of the family is the simulated one, or None for users' own
-    objectives (:func:`server_family`)."""
+    objectives (:func:`server_family`).
+
+    ``family``: the simulated family of ``config`` and ``seed`` (:func:`make_family`) if the
+    caller built it already: the server and client agents of one process share it, as the
+    in-process runner's server and clients do, instead of each drawing it again."""
     fed = config.federation
     if fed is None:
         raise ConfigError(
@@ -175,16 +180,18 @@ def build_run(
         else:  # local DP: each client releases
             for m, client in zip(ids, clients, strict=True):
                 client.gate = gates[m] = run_ledger.gate(m)
-    family = (
-        client_family(config, seed, ids, functions)
-        if ids or functions is not None
-        else server_family(config, seed)
-    )
+    if family is None:
+        family = (
+            client_family(config, seed, ids, functions)
+            if ids or functions is not None
+            else server_family(config, seed)
+        )
     client_session = None
     if ids:
         noise = make_noise_model(config)
         glob = family.global_objective
         shared = None if glob is None else GlobalValues(glob)
+        global_regret = regret_known(family, config)[0]  # once: it looks at every client
         evaluators = {
             m: ClientEvaluator(
                 m,
@@ -195,7 +202,7 @@ def build_run(
                 global_values=shared,
                 keep_points=keep_points,
                 direction=config.objective.direction,
-                global_regret=regret_known(family, config)[0],
+                global_regret=global_regret,
             )
             for m in ids
         }
@@ -221,9 +228,9 @@ def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
     """The M client objectives and the global objective of ``config.federation`` for ``seed``.
 
     The family, not ``base``, is the source of truth for the objectives of a run. With objective
-    ``"gp-grid"`` (spec-dpftsde §7.1) the GP function is drawn here from the run seed,
-    ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it), for every
-    heterogeneity: ``"gp-perturbed"`` and ``"gp-mixture"`` use
+    ``"gp-grid"`` (Dai, Low & Jaillet 2021, App. B.1.1) the GP function is drawn here from the
+    run seed, ``stream(seed, "gp-family")`` (unless the objective's ``sample_seed`` fixes it),
+    for every heterogeneity: ``"gp-perturbed"`` and ``"gp-mixture"`` use
     :func:`~fedxab.objectives.families.gp_sample_family` (``heterogeneity_scale`` = the
     magnitude d, ``perturbation`` = "point"/"client", ``mixture_alpha`` = alpha, default 0.7);
     ``"none"``, ``"offset"`` and ``"shift"`` start from that function (``GPGrid.for_seed``).

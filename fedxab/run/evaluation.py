@@ -60,14 +60,27 @@ class GlobalValues:
         self.objective = objective
         self._last_x: np.ndarray | None = None
         self._last_g: np.ndarray | None = None
+        self._last_terms: np.ndarray | None = None
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         last = self._last_x
         if last is not None and last.shape == X.shape and np.array_equal(last, X):
             return self._last_g  # type: ignore[return-value]
         g = self.objective(X)
-        self._last_x, self._last_g = X.copy(), g
+        self._last_x, self._last_g, self._last_terms = X.copy(), g, None
         return g
+
+    def regret_terms(self) -> np.ndarray:
+        """``f* - f(X)`` of the last batch: computed once per batch and shared (read-only) by
+        every client that pulls it, as ``f(X)`` is. A client agent keeps its clients' terms
+        until it sends their telemetry, so one array per batch rather than one per client is
+        also the memory it holds."""
+        if self._last_terms is None:
+            assert self._last_g is not None and self.objective.optimum_value is not None
+            terms = self.objective.optimum_value - self._last_g
+            terms.setflags(write=False)
+            self._last_terms = terms
+        return self._last_terms
 
 
 def _local_function(
@@ -159,7 +172,8 @@ def telemetry_from_wire(data: Any) -> list[Telemetry]:
     if phases.min() < 0 or starts.min() < 0 or counts.min() < 0:
         raise ProtocolError("fields phases, starts and counts must hold integers >= 0")
     total = int(counts.sum())
-    cuts = np.cumsum(counts)[:-1]
+    ends = np.cumsum(counts).tolist()
+    spans = list(zip([0, *ends[:-1]], ends, strict=True))  # each entry's slice of the terms
     terms: dict[str, list[np.ndarray] | list[None]] = {}
     for name in _TERMS:
         if data.get(name) is None:
@@ -173,11 +187,17 @@ def telemetry_from_wire(data: Any) -> list[Telemetry]:
             )
         if int(runs.sum()) != total:
             raise ProtocolError(f"field {name!r} must hold {total} values, got {runs.sum()}")
-        terms[name] = np.split(np.repeat(values, runs), cuts)
+        expanded = np.repeat(values, runs)
+        terms[name] = [expanded[a:b] for a, b in spans]
     return [
-        Telemetry(int(p), client, int(a), int(c), g, loc)
+        Telemetry(p, client, a, c, g, loc)
         for p, a, c, g, loc in zip(
-            phases, starts, counts, terms["global_terms"], terms["local_terms"], strict=True
+            phases.tolist(),
+            starts.tolist(),
+            counts.tolist(),
+            terms["global_terms"],
+            terms["local_terms"],
+            strict=True,
         )
     ]
 
@@ -268,7 +288,8 @@ class ClientEvaluator:
         rewards = fm + self._sample(fm, self._rng)
         self.observed.add(X, rewards)
         if self._f_star is not None:
-            self._g_terms.append(self._f_star - g)
+            assert self._global is not None
+            self._g_terms.append(self._global.regret_terms())  # f* - g, shared
         if self._fm_star is not None:
             self._l_terms.append(self._fm_star - fm)
         if self.points is not None:
@@ -300,7 +321,7 @@ class RegretSums:
     (phase, client, start). Whoever flushes after every phase (in-process) or once at the end
     (a server agent) gets the same sums, bit for bit.
 
-    Simple regret (spec-dpftsde §7.1 metric, §9.9): :meth:`flush` also keeps, per client, the
+    Simple regret (Dai, Low & Jaillet 2021's metric): :meth:`flush` also keeps, per client, the
     best (smallest) regret term so far, ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local) and
     ``min_{tau <= t} (f* - f(x_{m,tau}))`` (global), and adds it into per-round sums, so that
     :meth:`simple_curves` gives their mean over clients in O(M + T) memory. A client's terms
@@ -335,13 +356,15 @@ class RegretSums:
         self._covered = np.zeros(n_clients, dtype=np.int64)
         self._simple_ok = True
 
-    def add(self, telemetry: Telemetry) -> bool:
+    def add(self, telemetry: Telemetry, *, checked: bool = False) -> bool:
         """Buffer one client's telemetry for one phase (or a piece of it, :meth:`Telemetry.split`);
-        ``False`` if it was already added."""
+        ``False`` if it was already added. ``checked``: it passed :meth:`check` already (a server
+        checks every entry of a message before it adds any)."""
         key = (telemetry.phase, telemetry.client, telemetry.start)
         if key in self._seen:
             return False
-        self.check(telemetry)
+        if not checked:
+            self.check(telemetry)
         self._seen.add(key)
         self._pending.append(telemetry)
         self.received[telemetry.client] += telemetry.count
@@ -463,11 +486,11 @@ class RegretSums:
         """Global and local simple regret averaged over clients, at the 1-based ``rounds``.
 
         At round t: the mean over clients of ``min_{tau <= t} (f* - f(x_{m,tau}))`` (global) and
-        of ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local), noise-free (spec-dpftsde §7.1).
-        A client whose terms stop at position s < T (it withdrew) counts with its last best
-        value in rounds s + 1 .. T. ``None`` where the optimum is unknown, where a client's
-        telemetry came out of order (logged), or where some round in ``rounds`` has no client
-        with a known evaluation yet.
+        of ``min_{tau <= t} (f_m* - f_m(x_{m,tau}))`` (local), noise-free: the simple regret of
+        Dai, Low & Jaillet 2021. A client whose terms stop at position s < T (it withdrew) counts
+        with its last best value in rounds s + 1 .. T. ``None`` where the optimum is unknown,
+        where a client's telemetry came out of order (logged), or where some round in ``rounds``
+        has no client with a known evaluation yet.
         """
         if not self._simple_ok:
             return None, None

@@ -1,7 +1,7 @@
 """The sessions of one run, without I/O: what every runner drives, in process or over a broker.
 
 A federated algorithm is a pair of sans-I/O state machines (:mod:`fedxab.algorithms.protocol`);
-a *run* adds what the algorithm does not know about (DESIGN.md, Contracts):
+a *run* adds what the algorithm does not know about:
 
 - :class:`ServerSession`: the server side of a run. It opens each phase (the state machine's
   broadcast), classifies every report once (:class:`Verdict`: accepted, duplicate, late or
@@ -198,9 +198,10 @@ class ServerSession:
         self.msg = self.server.close_phase()
 
     # --------------------------------------------------------------------- what clients send
-    def add_telemetry(self, telemetry: Telemetry) -> bool:
-        """Buffer one piece of regret telemetry; False if it was already there."""
-        return self.sums.add(telemetry)
+    def add_telemetry(self, telemetry: Telemetry, *, checked: bool = False) -> bool:
+        """Buffer one piece of regret telemetry; False if it was already there (``checked``:
+        see :meth:`~fedxab.run.evaluation.RegretSums.add`)."""
+        return self.sums.add(telemetry, checked=checked)
 
     def add_outcome(self, outcome: ClientOutcome) -> bool:
         """What a client observed of its own objective; False (nothing kept) if the client's

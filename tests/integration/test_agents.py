@@ -70,6 +70,22 @@ def test_memory_broker_gives_the_in_process_results(algorithm, heterogeneity):
     assert _without_time(record) == _in_process(config)
 
 
+def test_the_agents_of_one_process_share_one_client_family(monkeypatch):
+    """``run_on_broker`` draws the simulated family once for its server and client agents (as
+    the in-process runner does for its server and clients), not once per agent."""
+    from fedxab.run import assembly
+
+    drawn = []
+    make_family = assembly.make_family
+    monkeypatch.setattr(
+        assembly, "make_family", lambda *args: drawn.append(1) or make_family(*args)
+    )
+    config = _config(budget=400)
+    record = asyncio.run(run_on_broker(config, SEED, MemoryBroker(), hosts=3))
+    assert len(drawn) == 1
+    assert _without_time(record) == _in_process(config)
+
+
 def test_client_slices_cover_every_client_once():
     assert client_slices(10, 3) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
     assert client_slices(2, 5) == [[0], [1]]

@@ -146,3 +146,30 @@ def test_terms_travel_run_length_encoded_and_come_back_bit_for_bit():
         telemetry_from_wire([wire])
     with pytest.raises(ValueError, match="one client"):
         telemetry_to_wire([entries[0], Telemetry(2, 2, 0, 0, np.empty(0), np.empty(0))])
+
+
+def test_clients_pulling_the_same_batch_share_one_array_of_global_regret_terms():
+    """``f* - f(X)`` is computed once per batch and shared, read-only, by the clients that pull
+    it (a client agent holds its clients' terms until it sends them); the bits are those of
+    ``f* - f(X)``, and a new batch gets its own array."""
+    from fedxab.objectives.families import value_offset_family
+    from fedxab.objectives.noise import UniformNoise
+    from fedxab.objectives.registry import make_objective
+    from fedxab.run.evaluation import ClientEvaluator, GlobalValues
+
+    family = value_offset_family(make_objective("garland"), 2, seed=0)
+    glob = family.global_objective
+    shared = GlobalValues(glob)
+    a, b = (
+        ClientEvaluator(m, family, UniformNoise(), seed=0, budget=10, global_values=shared)
+        for m in (0, 1)
+    )
+    X = np.linspace(0.0, 1.0, 4).reshape(-1, 1)
+    a(X)
+    b(X)
+    first, second = a.take(1).global_terms, b.take(1).global_terms
+    assert first is second and not first.flags.writeable
+    assert first.tobytes() == (glob.optimum_value - glob(X)).tobytes()
+    a(X[:2])
+    assert a.take(2).global_terms.tobytes() == first[:2].tobytes()
+    assert shared.regret_terms() is not first
