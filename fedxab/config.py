@@ -450,8 +450,8 @@ FIELD_ASSIGNMENTS = ("first", "random")
 class FederationConfig(Section):
     """``[federation]``: the clients of a federated run and how their objectives differ.
 
-    ``heterogeneity`` builds the client family from the ``[objective]`` (spec-fedpne-pfpne §7.2,
-    §8.2; :mod:`fedxab.objectives.families`):
+    ``heterogeneity`` builds the client family from the ``[objective]`` as the papers' experiments
+    do (:mod:`fedxab.objectives.families`):
 
     - ``"offset"``: ``f_m = f + xi_m``, ``xi_m ~ N(0, scale^2)`` (Fed-PNE's experiments; scale
       default 1); the global objective is ``f``;
@@ -459,16 +459,16 @@ class FederationConfig(Section):
       default 0.05 x each coordinate range); the global objective is the clients' average;
     - ``"none"``: every client has ``f`` itself;
     - ``"fields"``: the landmine objective only: client m tunes the SVM of its own field; the
-      global objective is the clients' mean AUC (spec-fedpne-pfpne §7.2). Which field:
+      global objective is the clients' mean AUC (as in [FX]). Which field:
       ``field_assignment = "first"`` (the default) gives fields 0..M-1 for M <= 29 and random
       fields with replacement beyond; ``"random"`` draws every client's field uniformly with
       replacement from the run seed, as the papers do ("each client is assigned a random
       field");
-    - ``"gp-perturbed"``: objective ``"gp-grid"`` only (spec-dpftsde §7.1): ``f^n = f + d(n, x)``,
-      ``d = +-scale`` (default 0.02) with probability 1/2, drawn per grid point (``perturbation
-      = "point"``, the default, §9.10) or once per client (``"client"``); the global objective
-      is the GP sample ``f``;
-    - ``"gp-mixture"``: objective ``"gp-grid"`` only, the heterogeneity study (§7.1, §9.11):
+    - ``"gp-perturbed"``: objective ``"gp-grid"`` only (DP-FTS-DE's, [DP] App. B.1.1):
+      ``f^n = f + d(n, x)``, ``d = +-scale`` (default 0.02) with probability 1/2, drawn per grid
+      point (``perturbation = "point"``, the default) or once per client (``"client"``); the global
+      objective is the GP sample ``f``;
+    - ``"gp-mixture"``: objective ``"gp-grid"`` only, the heterogeneity study ([DP] App. B.1.2):
       ``f^n = alpha g^n + (1 - alpha) f`` with an independent GP sample ``g^n`` per client,
       ``alpha = mixture_alpha`` (default 0.7, Fig. 7a; 1.0 for Fig. 7b); the global objective
       is the clients' average.
@@ -731,8 +731,8 @@ class SecurityConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyConfig(Section):
-    """``[privacy]``: accounting and budgets of a private algorithm's releases (DESIGN.md,
-    Privacy). Present (defaults if not given) for algorithms that release privacy events.
+    """``[privacy]``: accounting and budgets of a private algorithm's releases. Present (defaults if
+    not given) for algorithms that release privacy events.
 
     Every release is recorded in the per-client ledger; each client's epsilon is recomputed from
     its events by ``accountant`` at ``delta`` and reported in the results. With
@@ -795,7 +795,7 @@ class PrivacyConfig(Section):
 
     def accounting_delta(self, algorithm_params: Mapping[str, Any], n_clients: int) -> float:
         """``delta``; when it is not set, the algorithm's ``privacy_delta`` (DP-Fed-PNE) or else
-        ``1 / N^1.1`` for N clients (DP-FTS-DE's choice, spec-dpftsde §3.1)."""
+        ``1 / N^1.1`` for N clients (DP-FTS-DE's choice, Dai, Low & Jaillet 2021)."""
         if self.delta is not None:
             return self.delta
         value = algorithm_params.get("privacy_delta")
@@ -1058,7 +1058,7 @@ def default_config() -> Config:
     """The built-in job of ``fedxab run`` without a config file (``examples/fedpne_garland.toml``).
 
     Fed-PNE (practical preset: nu = 1, rho = 0.5, c = 0.1, c1 = 1, delta = 1/M) with M = 10
-    clients on Garland with per-client offsets ``xi_m ~ N(0, 1)`` (spec-fedpne-pfpne §7.2),
+    clients on Garland with per-client offsets ``xi_m ~ N(0, 1)`` (as in [FX]),
     T = 10,000 evaluations per client, uniform noise in [-0.1, 0.1], 3 runs with seeds 0, 1, 2.
     """
     return config_from_dict(

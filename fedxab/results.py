@@ -17,7 +17,7 @@ Layout (schema ``fedxab.results/1``)::
          # federated runs only:
          "local_cumulative_regret": [...],             # on the same rounds ([PF] local regret)
          "global_simple_regret": [...],                # when present: mean over clients of the
-         "local_simple_regret": [...],                 #   best regret so far (spec-dpftsde §7.1)
+         "local_simple_regret": [...],                 #   best regret so far ([DP]'s metric)
          "communication": {"clients", "rounds", "messages_up", "messages_down",
                            "bytes_up", "bytes_down", "per_phase": [{...}, ...]},
          "clients": [{"client", "evaluations", "best_value", "best_point",   # federated:
@@ -42,19 +42,18 @@ Regret values are ``null`` when the objective's optimum is unknown. Summary stat
 runs, at the final round; ``std`` is the population standard deviation (``ddof = 0``), so a
 single run has std 0.
 
-Federated runs (spec-fedpne-pfpne §1.2, §4.4): ``cumulative_regret`` is the global regret
-averaged over clients, ``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))`` ([FX]'s plotted quantity),
-``local_cumulative_regret`` the local one, ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))``
-([PF]'s), both against the per-client round t. ``global_simple_regret`` and
-``local_simple_regret`` (spec-dpftsde §7.1) are, at round t, the mean over clients of
-``min_{tau<=t} (f* - f(x_{m,tau}))`` and ``min_{tau<=t} (f_m* - f_m(x_{m,tau}))`` (noise-free);
-a client that stopped early (withdrew) keeps its last best value; files without them still load.
-``evaluations`` counts all clients' evaluations.
-A run's ``communication`` counts phases (one communication round each), messages and encoded
-bytes up (clients -> server) and down (server -> clients), in total and per phase; the top-level
+Federated runs: ``cumulative_regret`` is the global regret averaged over clients,
+``(1/M) sum_{s<=t} sum_m (f* - f(x_{m,s}))`` ([FX]'s plotted quantity), ``local_cumulative_regret``
+the local one, ``(1/M) sum_{s<=t} sum_m (f_m* - f_m(x_{m,s}))`` ([PF]'s), both against the
+per-client round t. ``global_simple_regret`` and ``local_simple_regret`` (the simple regret [DP]
+plots) are, at round t, the mean over clients of ``min_{tau<=t} (f* - f(x_{m,tau}))`` and
+``min_{tau<=t} (f_m* - f_m(x_{m,tau}))`` (noise-free); a client that stopped early (withdrew) keeps
+its last best value; files without them still load. ``evaluations`` counts all clients' evaluations.
+A run's ``communication`` counts phases (one communication round each), messages and encoded bytes
+up (clients -> server) and down (server -> clients), in total and per phase; the top-level
 ``communication`` holds ``clients`` and the mean over runs of ``rounds``, ``messages_up``,
-``messages_down``, ``bytes_up`` and ``bytes_down``. These fields were added to schema 1 as
-optional keys: single-agent files are unchanged and older files still load.
+``messages_down``, ``bytes_up`` and ``bytes_down``. These fields were added to schema 1 as optional
+keys: single-agent files are unchanged and older files still load.
 """
 
 from __future__ import annotations
@@ -141,7 +140,7 @@ class RunRecord:
     privacy: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     global_simple_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
     """Federated runs: at each of ``rounds``, the mean over clients of the client's best
-    noise-free global regret so far, ``min_{tau <= t} (f* - f(x_{m,tau}))`` (spec-dpftsde §7.1)."""
+    noise-free global regret so far, ``min_{tau <= t} (f* - f(x_{m,tau}))`` ([DP]'s metric)."""
     local_simple_regret: np.ndarray | None = dataclasses.field(default=None, repr=False)
     """Federated runs: the same on each client's own objective, ``min_{tau <= t} (f_m* -
     f_m(x_{m,tau}))``. A client that stopped early keeps its last best value."""

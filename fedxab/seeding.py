@@ -1,7 +1,7 @@
 """Deterministic random streams derived from the run seed.
 
 Every random draw in fedxab comes from a stream keyed by ``(seed, role, *keys)`` through
-:class:`numpy.random.SeedSequence` (DESIGN.md, Determinism): a party that restarts, or that builds
+:class:`numpy.random.SeedSequence`: a party that restarts, or that builds
 the same object in another process, redraws exactly the same numbers. The global numpy RNG is
 never used.
 """

@@ -1,17 +1,17 @@
 """Acquisition maximisation and the agent's own GP-TS step of FTS / DP-FTS-DE (Dai et al. 2021).
 
 - :class:`AcquisitionMaximiser` finds ``argmax_x f(x)`` for a
-  :class:`~fedxab.algorithms.rff.FeatureFunction` exactly as App. B.2.6 / spec-dpftsde §3.9 says:
-  on a continuous box, the best of 1000 uniform points, then L-BFGS-B from 20 uniform random
+  :class:`~fedxab.algorithms.rff.FeatureFunction` exactly as Dai, Low & Jaillet (2021), App. B.2.6,
+  says: on a continuous box, the best of 1000 uniform points, then L-BFGS-B from 20 uniform random
   starting points (analytic gradients), keeping the best; on a discrete domain (the synthetic
   1000-point grid), enumeration. It serves both branches of Algo. 2: line 6 (own TS) and line 8
   (the piecewise server function).
-- :func:`fit_se_hyperparameters` refits the agent's own GP by maximum marginal likelihood (§3.8).
+- :func:`fit_se_hyperparameters` refits the agent's own GP by maximum marginal likelihood.
 - :func:`own_ts_step` is Algo. 2 line 6, "x = argmax f_t^n(x), f_t^n from the agent's own GP
-  posterior", with the two samplers of spec §9.3: ``"rff"`` (default, the release's practice, §3.8:
+  posterior", with two samplers: ``"rff"`` (default, the practice of the authors' released code:
   fresh RFF features from the agent's fitted hyperparameters, ω ~ N(ν, λΣ⁻¹) with
   λ = max(1e-5, fitted noise variance), β = 1), and ``"exact"`` (a joint sample of the exact GP
-  posterior of §2.1 on the candidate set, scaled by a user-given β).
+  posterior on the candidate set, scaled by a user-given β).
 
 Every draw comes from the ``numpy.random.Generator`` passed in; the order of draws is documented
 on each function so that a restarted agent redraws the same numbers.
@@ -37,29 +37,29 @@ from fedxab.errors import ConfigError
 from fedxab.validation import check_choice, check_positive, check_positive_int
 
 DEFAULT_CANDIDATES = 1000
-"""Uniform random points evaluated first on a continuous domain (App. B.2.6, §3.9 step 1)."""
+"""Uniform random points evaluated first on a continuous domain (App. B.2.6)."""
 
 DEFAULT_RESTARTS = 20
-"""L-BFGS-B starting points on a continuous domain (App. B.2.6, §3.9 step 2)."""
+"""L-BFGS-B starting points on a continuous domain (App. B.2.6)."""
 
 OWN_TS_SAMPLERS = ("rff", "exact")
-"""Own-TS samplers (spec §9.3); the first is the default."""
+"""Own-TS samplers; the first is the default."""
 
 DEFAULT_OWN_FEATURES = 100
-"""M_target, the number of fresh features of the "rff" own-TS sampler (§3.8 [code])."""
+"""M_target, the number of fresh features of the "rff" own-TS sampler (the authors' code)."""
 
 NOISE_FLOOR = 1e-5
-"""Lower bound on the own GP's λ: λ = max(1e-5, fitted noise variance) (§3.8 [code])."""
+"""Lower bound on the own GP's λ: λ = max(1e-5, fitted noise variance) (the authors' code)."""
 
 _JITTERS = (1e-10, 1e-8, 1e-6, 1e-4)
 
 
 @dataclass(frozen=True, eq=False)
 class AcquisitionMaximiser:
-    """Maximises a function in feature space over the domain (App. B.2.6, spec §3.9).
+    """Maximises a function in feature space over the domain (App. B.2.6).
 
-    ``domain`` is a (D, 2) box, by default the normalised ``[0, 1]^D`` of spec §3.2. ``grid`` is a
-    discrete domain (n, D) instead (the synthetic experiments' grid, §7.1), maximised by
+    ``domain`` is a (D, 2) box, by default the normalised ``[0, 1]^D``. ``grid`` is a
+    discrete domain (n, D) instead (the synthetic experiments' grid), maximised by
     enumeration; give one or the other. ``n_restarts = 0`` skips the L-BFGS-B refinement.
     """
 
@@ -96,7 +96,7 @@ class AcquisitionMaximiser:
         return self.domain
 
     def candidates(self, dim: int, rng: np.random.Generator) -> np.ndarray:
-        """The candidate set: the grid, or ``n_candidates`` uniform points in the box (§3.9 step 1).
+        """The candidate set: the grid, or ``n_candidates`` uniform points in the box.
 
         Draws ``n_candidates × D`` uniforms from ``rng`` on a continuous domain, nothing on a grid.
         """
@@ -108,7 +108,7 @@ class AcquisitionMaximiser:
         return self.grid
 
     def argmax(self, f: FeatureFunction, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-        """``(x, f(x))`` for the best point found (§3.9; Algo. 2 lines 6 and 8).
+        """``(x, f(x))`` for the best point found (Algo. 2 lines 6 and 8).
 
         Continuous: the best candidate, then L-BFGS-B (box bounds, analytic gradient) from
         ``n_restarts`` uniform starting points; a refined point replaces the incumbent when its
@@ -138,10 +138,10 @@ class AcquisitionMaximiser:
 
 @dataclass(frozen=True)
 class SEHyperparameters:
-    """The agent's own GP hyperparameters for its own TS step (spec §3.8).
+    """The agent's own GP hyperparameters for its own TS step.
 
     SE kernel with one shared lengthscale (not ARD), signal variance σ0² and noise variance. The
-    defaults are the release's initial values, used until the first refit (§3.8 [code]).
+    defaults are the release's initial values, used until the first refit (the authors' code).
     """
 
     lengthscale: float = 1.0
@@ -178,7 +178,7 @@ def fit_se_hyperparameters(
     restarts: int = 10,
 ) -> SEHyperparameters:
     """The SE hyperparameters maximising the GP's log marginal likelihood (type-II maximum
-    likelihood, as the release's GPy ``optimize_restarts(10)``, spec §3.8): L-BFGS-B in log space
+    likelihood, as the release's GPy ``optimize_restarts(10)``): L-BFGS-B in log space
     from ``start`` (default: the release's initial values) and ``restarts - 1`` starting points
     drawn uniformly in the log bounds (``3 (restarts - 1)`` uniforms from ``rng``)."""
     X = as_points(X)
@@ -213,7 +213,7 @@ def rff_posterior_function(
     n_features: int = DEFAULT_OWN_FEATURES,
     noise_floor: float = NOISE_FLOOR,
 ) -> FeatureFunction:
-    """An approximate sample ``f_t^n(x) = φ_fresh(x)ᵀω`` of the agent's own GP posterior (§3.8).
+    """An approximate sample ``f_t^n(x) = φ_fresh(x)ᵀω`` of the agent's own GP posterior.
 
     Draws fresh features (``s_j`` then ``b_j``, :meth:`RandomFeatures.draw`) from the fitted
     lengthscale and signal variance, then ω ~ N(ν, λΣ⁻¹) with λ = max(noise_floor, noise
@@ -242,7 +242,7 @@ def exact_posterior_sample(
     beta: float = 1.0,
     noise_floor: float = NOISE_FLOOR,
 ) -> np.ndarray:
-    """A joint sample of ``GP(μ_t, β²σ_t²)`` at ``points`` (n, D), shape (n,) (§2.1, Algo. 2 l. 6).
+    """A joint sample of ``GP(μ_t, β²σ_t²)`` at ``points`` (n, D), shape (n,) (Algo. 2 l. 6).
 
     ``μ_t(x) = k_t(x)ᵀ(K_t + λI)⁻¹y_t`` and
     ``σ_t²(x,x') = k(x,x') − k_t(x)ᵀ(K_t + λI)⁻¹k_t(x')``, with λ = max(noise_floor, noise
@@ -294,11 +294,11 @@ def own_ts_step(
 ) -> np.ndarray:
     """The agent's own GP-TS query ``x_t^n = argmax_x f_t^n(x)``, whole domain (Algo. 2 line 6).
 
-    ``sampler="rff"`` (default, spec §3.8 / §9.3): :func:`rff_posterior_function` maximised by
+    ``sampler="rff"`` (default): :func:`rff_posterior_function` maximised by
     ``maximiser`` (draws: features, ω, candidates, starting points). ``sampler="exact"``:
     :func:`exact_posterior_sample` on ``maximiser``'s candidate set and its best candidate (draws:
     candidates, the sample); a joint sample exists only on a finite set, so there is no
-    refinement — the spec's option for discrete domains. ``beta`` (β_{t+1} of Algo. 2 line 6)
+    refinement — an option for discrete domains. ``beta`` (β_{t+1} of Algo. 2 line 6)
     scales only the exact sampler's posterior standard deviation; the practice value is 1.
     """
     check_choice("sampler", sampler, OWN_TS_SAMPLERS)

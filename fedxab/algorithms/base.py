@@ -1,4 +1,4 @@
-"""The single-agent optimizer contract: ask / tell / recommend (DESIGN.md, Contracts).
+"""The single-agent optimizer contract: ask / tell / recommend.
 
 As in Optuna and nevergrad: ``x = opt.ask()`` hands out the next point to evaluate,
 ``opt.tell(x, reward)`` reports the noisy reward observed there, and ``opt.recommend()`` returns

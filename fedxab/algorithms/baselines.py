@@ -2,17 +2,18 @@
 
 Both run in the same runner as Fed-PNE (``start`` / ``answer`` / ``receive`` / ``close_phase``):
 
-- :class:`LocalHCTServer` / :class:`LocalHCTClient`: [PF]'s baseline (spec-fedpne-pfpne §1.2,
-  §8.1): every client runs :class:`~fedxab.algorithms.hct.HCT` on its own objective for its whole
+- :class:`LocalHCTServer` / :class:`LocalHCTClient`: [PF]'s baseline (Li, Song & Honorio
+  2024): every client runs :class:`~fedxab.algorithms.hct.HCT` on its own objective for its whole
   budget, with no communication except one broadcast ("run") and one report per client (its
   recommendation). Its regret is the *local* regret of each client.
-- :class:`CentralHCTServer` / :class:`CentralHCTClient`: [FX]'s baseline (spec §1.2, §7.1): one
+- :class:`CentralHCTServer` / :class:`CentralHCTClient`: [FX]'s baseline (Li et al. 2024): one
   HCT, held by the server, on the *global* objective ``(1/M) sum_m f_m`` with instant
   communication. Round ``t`` = one phase: the server broadcasts HCT's point ``x_t``, every client
   evaluates its objective there once and reports the reward, and the server tells HCT the average
-  ``(1/M) sum_m (f_m(x_t) + eps_{m,t})`` ([PROPOSED] in spec §1.2).
+  ``(1/M) sum_m (f_m(x_t) + eps_{m,t})`` (fedxab's choice; the paper does not say).
 
-**Central HCT deliberately breaks the "summary statistics only" rule** of DESIGN.md: each report
+**Central HCT deliberately breaks the "summary statistics only" rule** that
+fedxab's federated algorithms follow: each report
 carries one raw reward. It models the unlimited, instant communication that [FX] grants this
 baseline, so its communication is ``T`` rounds (``T`` broadcasts and ``M T`` reports), against
 ``O(log T)`` for the federated algorithms. ``SENDS_RAW_REWARDS`` on each server class says which
@@ -120,7 +121,7 @@ class LocalHCTServer(InboxServer[LocalHCTReport]):
 
     The run's answer (``Finished.recommendation``) is the recommendation of the lowest-id client
     that reported. Comparing clients by their mean reward would be meaningless: their objectives
-    differ (e.g. by an additive constant, spec §7.2), so the best mean says nothing about the
+    differ (e.g. by an additive constant), so the best mean says nothing about the
     point. Every client's own answer is in :attr:`recommendations` (and on the client,
     :meth:`LocalHCTClient.recommend`), which is what local regret needs.
     """
@@ -297,7 +298,7 @@ class CentralHCTServer(InboxServer[CentralHCTReport]):
     """Centralised HCT on the global objective ([FX]'s baseline): one round per phase, T phases.
 
     Parameters of the HCT are those of :class:`~fedxab.algorithms.hct.HCT`; ``rho`` defaults to
-    0.75, the value [FX] used for this baseline (spec §7.1). The server tells HCT the mean of the
+    0.75, the value [FX] used for this baseline. The server tells HCT the mean of the
     rewards received for the round, in client order (all M, or the quorum the caller closed on).
     """
 

@@ -1,9 +1,9 @@
 """DP-Fed-PNE: Fed-PNE with client-side Gaussian noise ([FX] App. D, Algorithms 3 and 4).
 
-spec-fedpne-pfpne §5: every client adds i.i.d. ``N(0, sigma^2)`` noise to *every* reward before
+Every client adds i.i.d. ``N(0, sigma^2)`` noise to *every* reward before
 averaging (Alg. 3 line 8), with ``sigma`` calibrated for (epsilon, delta_priv) at sensitivity 1
 (rewards in [0, 1]); only the noisy means leave the client. The server is Fed-PNE's with the
-confidence constant enlarged for the extra variance (spec §5.1 [PROPOSED], the theory's ratio
+confidence constant enlarged for the extra variance (fedxab's choice, after the theory's ratio
 ``2 -> sqrt(4 + 16 sigma^2)``): ``c_DP = c sqrt(1 + 4 sigma^2)``, used in tau_h and in the width.
 
 Each reward belongs to exactly one released scalar (a node is estimated in one phase only), so the
@@ -24,7 +24,7 @@ release (over budget) makes it withdraw from the run
 (:class:`~fedxab.algorithms.protocol.Withdrawal`).
 
 The confidence level ``delta`` (in L, tau_h, b) and the privacy ``privacy_delta`` are separate
-parameters (spec F20).
+parameters.
 
 The guarantee needs bounded rewards: the paper assumes rewards in [0, 1], so that one reward
 moves a node's sum by at most 1. The client therefore clips every reward to ``reward_range``

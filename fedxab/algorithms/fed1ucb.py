@@ -1,18 +1,18 @@
 """Fed1-UCB (Shi & Shen 2021) on a random finite set of arms: the federated multi-armed baseline.
 
 The Fed-PNE and PF-PNE papers compare against Fed1-UCB run on a finite mesh of the domain
-(spec-fedpne-pfpne §7.1 "Fed1-UCB", §8.1, F16). Implemented as in the reference code ([EXT:FMAB],
+([FX] and [PF], experiments). Implemented as in the reference code ([EXT:FMAB],
 ``Fed1_UCB_CR.py``) that [FX] says it followed:
 
 - **arms** (:func:`fed1ucb_arms`): ``K`` values per dimension on a random-offset grid, ``K^D`` arms,
   arm ``j`` of a dimension ``[a, b]`` at ``a + u + j (b - a)/K`` with ``u ~ U(0, (b - a)/K)``
   drawn per dimension from the stream ``(seed, "fed1ucb-arms")``: server and clients built with
-  the same seed hold the same arms, and a new run seed gives new offsets (spec §7.1 [PROPOSED],
+  the same seed hold the same arms, and a new run seed gives new offsets (fedxab's choice,
   K = 20 by default). For ``D > 2`` the default is ``n_arms = 1000`` arms drawn uniformly in the
-  domain, as [PF] did for 10-D Rastrigin (§8.1); ``arm_set`` forces either kind;
-- **phase p**: every client pulls every active arm ``int(kappa log T)`` times (``kappa = 1``, spec
-  §7.1: the reference default 10 never finishes a phase at these horizons), arm after arm in
-  increasing index, as one batch, and reports its *cumulative* local mean of every active arm
+  domain, as [PF] did for 10-D Rastrigin; ``arm_set`` forces either kind;
+- **phase p**: every client pulls every active arm ``int(kappa log T)`` times (``kappa = 1``,
+  fedxab's choice: the reference default 10 never finishes a phase at these horizons), arm after
+  arm in increasing index, as one batch, and reports its *cumulative* local mean of every active arm
   (all its pulls of that arm since the start, not only this phase's);
 - **server**: averages the reported means (unweighted: every client pulled every arm equally
   often), width ``w = sqrt(4 sigma^2 log T / (M n))`` with ``sigma = 1/2`` and ``n`` the cumulative
@@ -25,7 +25,7 @@ The Fed-PNE and PF-PNE papers compare against Fed1-UCB run on a finite mesh of t
   server finishes. No other communication happens after that.
 
 If a phase does not fit in the remaining budget, clients pull in the prescribed order until ``T``
-and report no statistics; the truncated phase is not aggregated (as Fed-PNE, spec §4.5). Every
+and report no statistics; the truncated phase is not aggregated (as Fed-PNE). Every
 client uses exactly ``T`` pulls.
 
 The recommendation is the active arm with the highest averaged mean after the last completed
@@ -73,7 +73,7 @@ def fed1ucb_arms(
     n_arms: int = 1000,
     seed: int = 0,
 ) -> np.ndarray:
-    """The arms of a Fed1-UCB run, shape (n, D), read-only (spec §7.1, §8.1, F16).
+    """The arms of a Fed1-UCB run, shape (n, D), read-only.
 
     ``arm_set="grid"``: the random-offset grid, ``K^D`` arms with ``K = arms_per_dim``, in C order
     (the last coordinate varies fastest). ``"random"``: ``n_arms`` points drawn uniformly in the
@@ -98,7 +98,7 @@ def fed1ucb_arms(
 
 
 def fed1ucb_width(n_clients: int, pulls: int, horizon: int, sigma: float = 0.5) -> float:
-    """Confidence width ``sqrt(4 sigma^2 log T / (M n))`` ([EXT:FMAB], spec §7.1).
+    """Confidence width ``sqrt(4 sigma^2 log T / (M n))`` ([EXT:FMAB]).
 
     ``n`` = cumulative pulls per client of the arm, ``M`` = clients whose means were averaged.
     """
@@ -180,7 +180,7 @@ class Fed1UCBPhase:
 
 # --------------------------------------------------------------------------------- server
 class Fed1UCBServer(InboxServer[Fed1UCBReport]):
-    """The Fed1-UCB server state machine (Shi & Shen 2021, [EXT:FMAB]; spec §7.1)."""
+    """The Fed1-UCB server state machine (Shi & Shen 2021, [EXT:FMAB])."""
 
     SENDS_RAW_REWARDS = False
 

@@ -1,6 +1,6 @@
 """Fed-PNE: federated phased node elimination (Li, Song, Honorio & Lin, "Federated X-Armed Bandit").
 
-Server = [FX] Algorithm 2, client = [FX] Algorithm 1, as cleaned in spec-fedpne-pfpne §4:
+Server = [FX] Algorithm 2, client = [FX] Algorithm 1 (Li et al. 2024), step by step:
 
 - (A) before each phase, descend without sampling while ``|K| tau_h <= M`` or ``tau_h <= 1``;
 - (B) every client pulls every active node ``t_h = ceil(tau_h / M)`` times, node after node in
@@ -10,13 +10,13 @@ Server = [FX] Algorithm 2, client = [FX] Algorithm 1, as cleaned in spec-fedpne-
 - (E) the survivors' children form the next phase's active set, one depth deeper.
 
 If the next phase does not fit in the remaining budget, clients pull in the prescribed order until
-their budget ``T`` is used and the truncated phase is not aggregated (spec §4.5, F8).
+their budget ``T`` is used and the truncated phase is not aggregated (fedxab's choice).
 
 A client may withdraw (:class:`~fedxab.algorithms.protocol.Withdrawal`, e.g. DP-Fed-PNE's client
 out of privacy budget): the barrier then waits for the others, (C) averages the reports received
 and (D)'s width counts the pulls behind them; once every client has withdrawn the run finishes.
 
-``depth_counting`` (spec F2): ``"true"`` (default) uses the true depth of the active nodes in every
+``depth_counting``: ``"true"`` (default) uses the true depth of the active nodes in every
 formula; ``"literal"`` reproduces the paper's counter, one larger than the true depth.
 The recommendation is the centre of the best node of the last completed phase.
 """
@@ -122,7 +122,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         self._inbox: ReportInbox[FedPNEReport] = ReportInbox(n_clients)
         self._finished: Finished | None = None
 
-    # The formulas use depth + offset (offset 1 = the paper's literal counter, spec F2).
+    # The formulas use depth + offset (offset 1 = the paper's literal counter).
     def _tau(self, h: int) -> int:
         return self.constants.tau(h + self._offset)
 

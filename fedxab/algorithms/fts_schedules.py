@@ -1,6 +1,6 @@
 """The schedules of DP-FTS-DE: aggregation weights over rounds and the probability p_t.
 
-**Weights** (spec-dpftsde §3.3): for sub-region i, agent n gets
+**Weights** (Dai, Low & Jaillet 2021, Algorithm 1): for sub-region i, agent n gets
 ``phi_n^(i) ∝ exp(a_t)`` if its home region is i and ``∝ exp(1)`` otherwise (the paper's softmax
 with temperature ``a / (a_t - 1)``, identical after normalisation). ``a_t`` starts at
 ``a + 1 = 16``, stays there for ``hold`` rounds, then follows ``linspace(a + 1, 1, decay)`` and
@@ -8,14 +8,15 @@ is 1 (uniform weights 1/N) afterwards. Round 0 is the initialisation round. The 
 schedules:
 
 - ``"synthetic"``: a_t = 16 for rounds 0..5, then 16, 12.25, 8.5, 4.75, 1 for rounds 6..10;
-- ``"real"``: a_t = 16 for rounds 0..9, then ``linspace(16, 1, 30)`` for rounds 10..39 [code].
+- ``"real"``: a_t = 16 for rounds 0..9, then ``linspace(16, 1, 30)`` for rounds 10..39 (the authors'
+  code).
 
 Variants (App. B.2.3, B.2.5, Fig. 5): ``"non-adaptive"`` (a_t = a + 1 forever) and ``"equal"``
 (phi = 1/N always). ``P = 1`` always gives uniform weights (FTS / DP-FTS).
 
-**p_t** (§3.4): the probability that agent n uses its own GP-TS at BO iteration t >= 1;
+**p_t**: the probability that agent n uses its own GP-TS at BO iteration t >= 1;
 ``1 - p_t = 1/t`` (real-world), ``1/sqrt(t)`` (synthetic) or ``1/t^2`` (theory), so p_1 = 0 (the
-first query always uses the server's vectors, §9.1); ``p_min`` clamps p_t from below for the
+first query always uses the server's vectors); ``p_min`` clamps p_t from below for the
 theory-faithful mode. ``"own"`` is p_t = 1 (standard TS, no federated step).
 """
 
@@ -55,7 +56,7 @@ def a_schedule(round_: int, schedule: str, a: float = 15.0) -> float:
 
 def region_weights(homes: np.ndarray, n_regions: int, a_t: float) -> np.ndarray:
     """The (P, N) weights ``phi_n^(i)``: ``exp(a_t)`` for home agents, ``exp(1)`` for the others,
-    each row normalised to sum 1 (§3.3, the "equivalent, simpler form")."""
+    each row normalised to sum 1 (the "equivalent, simpler form")."""
     homes = np.asarray(homes)
     # exp(a_t - 1) relative to exp(0) = 1: the same ratio, no overflow
     home = (homes[None, :] == np.arange(n_regions)[:, None]).astype(float)
@@ -64,7 +65,7 @@ def region_weights(homes: np.ndarray, n_regions: int, a_t: float) -> np.ndarray:
 
 
 def p_own(t: int, schedule: str, p_min: float = 0.0) -> float:
-    """p_t, the probability of the agent's own GP-TS at BO iteration ``t >= 1`` (§3.4)."""
+    """p_t, the probability of the agent's own GP-TS at BO iteration ``t >= 1``."""
     check_choice("algorithm.p_schedule", schedule, P_SCHEDULES)
     if t < 1:
         raise ConfigError("t", f"BO iterations count from 1, got {t}")

@@ -1,7 +1,7 @@
 """FTS, FTS-DE, DP-FTS and DP-FTS-DE: federated Thompson sampling with distributed exploration.
 
-Dai, Low & Jaillet 2021 ([DP]), Algorithm 1 (server) and Algorithm 2 (agent), as cleaned in
-spec-dpftsde §3. One code path; the family of §3.10 is a matter of parameters:
+Dai, Low & Jaillet 2021 ([DP]), Algorithm 1 (server) and Algorithm 2 (agent). One code
+path; the paper's family of algorithms is a matter of parameters:
 
 ======================  =========  ===========  ============  ==============================
 name                    regions P  weights      init region   subsample / clip / noise
@@ -13,27 +13,27 @@ DP-FTS-DE               P > 1      adaptive     home          yes
 ======================  =========  ===========  ============  ==============================
 
 (standard TS without communication is :mod:`fedxab.algorithms.ts`). The algorithm works on the
-normalised domain ``[0, 1]^D`` (§3.2) and maps points to the objective's box to evaluate them.
+normalised domain ``[0, 1]^D`` and maps points to the objective's box to evaluate them.
 
 Phases: phase 1 is round 0 (initialisation: ``n_init`` random points in the agent's home region,
-or the whole domain, §3.5); phase ``t + 1`` is BO iteration t = 1..T with T = budget - n_init.
+or the whole domain); phase ``t + 1`` is BO iteration t = 1..T with T = budget - n_init.
 Each phase's broadcast carries the previous round's aggregate ``(P, M)`` (Algo. 2 uses round
-t - 1's vectors at iteration t, §9.17); each report carries the agent's fresh ω sample (§2.3). The
+t - 1's vectors at iteration t); each report carries the agent's fresh ω sample. The
 aggregate of round t is released for rounds 0..T-1 only: the last phase's vectors would never be
-used, and the paper's epsilon counts exactly T releases (§9.14), so the last report carries no ω.
+used, and the paper's epsilon counts exactly T releases, so the last report carries no ω.
 
-Server aggregation (§3.6), round r: ``phi`` = the weights of round r (:mod:`fts_schedules`);
-non-private: ``omega^(i) = sum_n phi_n^(i) omega_n`` over all agents. Private: Poisson subsample
-(rate q), clip each vector to ``S / sqrt(P)``, ``omega^(i) = (1/q) sum_{n in S_t} phi_n^(i)
-omega_hat_n`` and add ``N(0, (z phi_max S / q)^2)`` per coordinate; one subsampled Gaussian event
-(q, z) per agent per release for the ledger. ``phi_max`` is the round's global maximum (paper,
-default) or per region (``phi_max_scope="region"``, [code], also valid, §3.6). An empty subsample
-gives pure noise (default) or, with ``empty="uniform"``, the release's ``U[0,1]^M`` vectors (§9.5).
+Server aggregation, round r: ``phi`` = the weights of round r (:mod:`fts_schedules`); non-private:
+``omega^(i) = sum_n phi_n^(i) omega_n`` over all agents. Private: Poisson subsample (rate q), clip
+each vector to ``S / sqrt(P)``, ``omega^(i) = (1/q) sum_{n in S_t} phi_n^(i) omega_hat_n`` and add
+``N(0, (z phi_max S / q)^2)`` per coordinate; one subsampled Gaussian event (q, z) per agent per
+release for the ledger. ``phi_max`` is the round's global maximum (paper, default) or per region
+(``phi_max_scope="region"``, the authors' code, also valid). An empty subsample gives pure noise
+(default) or, with ``empty="uniform"``, the release's ``U[0,1]^M`` vectors.
 
 Central DP: the trusted server checks each agent's budget before a release through its gates
 (``server.gates``, :mod:`fedxab.privacy.gate`); an agent whose next release would exceed its budget
 is left out of this and every later aggregate (it keeps optimising on its own) and recorded in
-:attr:`FTSDEServer.refused`.
+:attr:`DPFTSDEServer.refused`.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class FTSReport:
 # ----------------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
 class FTSSettings:
-    """What the server and every agent must agree on (spec §3.1, §6, §8)."""
+    """What the server and every agent must agree on."""
 
     dim: int
     n_clients: int
@@ -209,7 +209,7 @@ class FTSSettings:
         return self.budget - self.n_init
 
     def features(self) -> RandomFeatures:
-        """The shared random features, the same for every party (§2.2)."""
+        """The shared random features, the same for every party."""
         return RandomFeatures.from_seed(
             self.dim,
             self.n_features,
@@ -223,14 +223,14 @@ class FTSSettings:
         return SubRegions(self.dim, self.regions)
 
     def grid(self) -> np.ndarray | None:
-        """The discrete normalised domain (G^D points, §7.1), or None (continuous)."""
+        """The discrete normalised domain (G^D points), or None (continuous)."""
         if self.grid_size is None:
             return None
         axes = [np.linspace(0.0, 1.0, self.grid_size)] * self.dim
         return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, self.dim)
 
     def weights_at(self, round_: int) -> np.ndarray:
-        """The (P, N) aggregation weights of round ``round_`` (§3.3); uniform when P = 1."""
+        """The (P, N) aggregation weights of round ``round_``; uniform when P = 1."""
         homes = np.arange(self.n_clients) % self.regions
         a_t = 1.0 if self.regions == 1 else a_schedule(round_, self.weights, self.a)
         return region_weights(homes, self.regions, a_t)
@@ -239,7 +239,7 @@ class FTSSettings:
 @functools.lru_cache(maxsize=4)
 def _grid_features(settings: FTSSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The grid, the shared features at every grid point and each point's sub-region, computed
-    once and shared by every agent of a run: the federated branch on a grid (§3.9) is then one
+    once and shared by every agent of a run: the federated branch on a grid is then one
     product per query. Read-only arrays."""
     grid = settings.grid()
     assert grid is not None
@@ -261,7 +261,7 @@ def _settings(domain: Any, arguments: Mapping[str, Any]) -> tuple[np.ndarray, FT
 
 # ------------------------------------------------------------------------------------- server
 class FTSDEServer(InboxServer[FTSReport]):
-    """The server of FTS / FTS-DE ([DP] Algorithm 1 without privacy; spec §3.6, §3.10)."""
+    """The server of FTS / FTS-DE ([DP] Algorithm 1 without privacy)."""
 
     def __init__(
         self,
@@ -313,7 +313,7 @@ class FTSDEServer(InboxServer[FTSReport]):
             raise ProtocolError(f"field 'omega' must hold {want} values, got {report.omega.shape}")
 
     def close_phase(self) -> FTSBroadcast | Finished:
-        """Aggregate this round's vectors (§3.6) and open the next phase, or finish."""
+        """Aggregate this round's vectors and open the next phase, or finish."""
         if self._finished is not None:
             return self._finished
         reports = {r.client: r.omega for r in self._inbox.in_order()}
@@ -346,7 +346,7 @@ class FTSDEServer(InboxServer[FTSReport]):
 
 
 class DPFTSDEServer(FTSDEServer):
-    """The server of DP-FTS / DP-FTS-DE ([DP] Algorithm 1, spec §3.6): subsampled, clipped and
+    """The server of DP-FTS / DP-FTS-DE ([DP] Algorithm 1): subsampled, clipped and
     noised aggregates, one privacy event per agent per release, budgets checked first."""
 
     def __init__(
@@ -374,7 +374,7 @@ class DPFTSDEServer(FTSDEServer):
 
     @property
     def event(self) -> PrivacyEvent:
-        """One release's privacy event for each agent: a Poisson-subsampled Gaussian (§3.7)."""
+        """One release's privacy event for each agent: a Poisson-subsampled Gaussian."""
         return PrivacyEvent("gaussian", self.z, self.q, 1.0, 1, "")
 
     def _admitted(self) -> list[int]:
@@ -394,7 +394,7 @@ class DPFTSDEServer(FTSDEServer):
         return admitted
 
     def _aggregate(self, round_: int, reports: dict[int, np.ndarray]) -> np.ndarray:
-        """DP-FTS(-DE): subsample, clip, weighted sum / q, Gaussian noise (§3.6 steps 1-4)."""
+        """DP-FTS(-DE): subsample, clip, weighted sum / q, Gaussian noise."""
         settings, n_regions = self.settings, self.settings.regions
         rng = stream(self.seed, "fts-server", self.phase)
         sampled = rng.random(self.n_clients) < self.q  # Poisson sampling: N draws, always
@@ -430,13 +430,13 @@ class DPFTSDEServer(FTSDEServer):
 
 
 def to_domain(box: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """Points of ``[0, 1]^D`` mapped linearly to the box (spec §7.2 [code])."""
+    """Points of ``[0, 1]^D`` mapped linearly to the box (as the authors' code does)."""
     return box[:, 0] + U * (box[:, 1] - box[:, 0])
 
 
 # -------------------------------------------------------------------------------------- agent
 class FTSDEClient:
-    """An agent of FTS / DP-FTS-DE ([DP] Algorithm 2; spec §3.5)."""
+    """An agent of FTS / DP-FTS-DE ([DP] Algorithm 2)."""
 
     def __init__(
         self,
@@ -537,7 +537,7 @@ class FTSDEClient:
         self.used += len(U)
 
     def _initial_points(self, rng: np.random.Generator) -> np.ndarray:
-        """``n_init`` uniform points in the home region (DE) or the whole domain (§3.5 step 1);
+        """``n_init`` uniform points in the home region (DE) or the whole domain;
         on a grid, the nearest grid points."""
         box = (
             self.layout.bounds(self.home)
@@ -586,10 +586,10 @@ class FTSDEClient:
             )
             x, _ = self.maximiser.argmax(g, rng)
         if self.replace_duplicates and np.any(np.all(x == self.X, axis=1)):
-            x = self._snap(rng.uniform(0.0, 1.0, size=(1, self.settings.dim)))[0]  # §9.16
+            x = self._snap(rng.uniform(0.0, 1.0, size=(1, self.settings.dim)))[0]  # fedxab's choice
         return x
 
     def _omega(self, rng: np.random.Generator) -> np.ndarray:
-        """A fresh ω ~ N(nu_t, lambda Sigma_t^-1) from the whole history (§2.3, Algo. 2 l. 10)."""
+        """A fresh ω ~ N(nu_t, lambda Sigma_t^-1) from the whole history (Algo. 2 l. 10)."""
         posterior = WeightPosterior.fit(self.features(self.X), self.y, self.settings.noise_variance)
         return posterior.sample(rng)

@@ -1,15 +1,16 @@
 """HCT, the High Confidence Tree algorithm ("HCT-iid"), as given by Shang, Kaufmann & Valko (2018).
 
-Implements spec-hct-poo-parallel §1: Algorithm 1 (main loop), Algorithm 2 (OptTraverse), UpdateB and
-Expand (Azar et al. 2014), with the spec's resolutions:
+Implements Algorithm 1 (main loop) and Algorithm 2 (OptTraverse) of Shang, Kaufmann & Valko, with
+UpdateB and Expand of Azar, Lazaric & Brunskill (2014), making these choices where the papers leave
+room:
 
-- ``t+ = 2^ceil(log2 t)`` with a base-2 log (A-2);
+- ``t+ = 2^ceil(log2 t)`` with a base-2 log;
 - U/B refresh of the whole tree when ``t`` is a power of two (the paper's rule, default), or
-  whenever ``t+`` changes (``refresh="consistent"``, A-4);
+  whenever ``t+`` changes (``refresh="consistent"``);
 - after a pull, U and the expansion threshold use ``t+1`` (the paper's lines 19/21, default) or
-  ``t`` (``next_round=False``, A-3);
-- the root is created expanded, never pulled, and always passed through (A-10);
-- ties in OptTraverse go to the lowest child index (A-11); ``U = +inf`` while ``T = 0`` (A-14).
+  ``t`` (``next_round=False``);
+- the root is created expanded, never pulled, and always passed through;
+- ties in OptTraverse go to the lowest child index; ``U = +inf`` while ``T = 0``.
 
 Only the pulled node's statistics change on a pull (not its ancestors'), and statistics are a
 running count and sum per node, never a list of rewards. Per-round cost is O(depth), plus an
@@ -24,7 +25,7 @@ Recommendation (``recommend()``, never changes state):
   confidence bound ``mu - c sqrt(log(1/delta~(t+)) / T)`` on its value. This is what a user wants
   from one run: the point whose value is known to be high with the most confidence; a node pulled
   once with a lucky reward loses to a well-sampled good node because its width is large.
-- ``"history"``: the papers' rule (§1.7): a uniform draw from the history of pulls, with
+- ``"history"``: the papers' rule: a uniform draw from the history of pulls, with
   multiplicity, which carries the guarantee ``E[S_n] <= E[R_n]/n``. The draw comes from a stream
   keyed by the seed and the round, so asking twice gives the same answer.
 """
@@ -52,7 +53,7 @@ _INF = math.inf
 
 
 def t_plus(t: int) -> int:
-    """``t+ = 2^ceil(log2 t)``, the smallest power of two >= t (spec §1.2, A-2)."""
+    """``t+ = 2^ceil(log2 t)``, the smallest power of two >= t (HCT's ``t+``)."""
     if t < 1:
         raise ValueError(f"t must be >= 1, got {t}")
     return 1 << (t - 1).bit_length()
@@ -67,7 +68,7 @@ def resolve_constants(
     delta: float | None,
     budget: int | None,
 ) -> tuple[float, float, float]:
-    """The ``(c, c1, delta)`` of a preset, with explicit values taking precedence (spec §1.1).
+    """The ``(c, c1, delta)`` of a preset, with explicit values taking precedence.
 
     ``theory``: ``c = 2/sqrt(1-rho)``, ``c1 = (rho/(3 nu))^(1/8)``, ``delta = 1/budget``.
     ``practical`` (PyXAB's defaults, used in the federated papers' experiments): ``c = 0.1``,
@@ -98,7 +99,7 @@ def resolve_constants(
 class HCT:
     """HCT on a box domain with the ask/tell/recommend interface.
 
-    Parameters are those of spec §1.1: smoothness ``nu``, ``rho``; confidence constants ``c``,
+    Parameters are those of HCT: smoothness ``nu``, ``rho``; confidence constants ``c``,
     ``c1``, ``delta`` (from ``preset`` unless given); the partition (``k``, ``split``, ``seed``).
     ``budget`` is needed only for the theory preset's ``delta = 1/n``.
     """
@@ -170,11 +171,11 @@ class HCT:
         self._use_tplus(1)  # sets _tplus, _log_term, _taus: the quantities of the current t+
         lower, upper = self.partition.root_cell()
         root = self._new_node(0, 1, -1, lower, upper)
-        self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded (§1.4)
+        self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded
 
     # ----------------------------------------------------------------------------- quantities
     def log_term(self, tp: int) -> float:
-        """``log(1/delta~(t+))`` with ``delta~(t) = min(c1 delta / t, 1/2)`` (spec §1.2)."""
+        """``log(1/delta~(t+))`` with ``delta~(t) = min(c1 delta / t, 1/2)`` (Azar et al. 2014)."""
         return math.log(1.0 / min(self.c1 * self.delta / tp, 0.5))
 
     def tau(self, h: int, tp: int) -> int:
@@ -229,7 +230,7 @@ class HCT:
         return node
 
     def _expand(self, node: int) -> None:
-        """Expand: create the k children with T = 0 and U = B = +inf (spec §1.6)."""
+        """Expand: create the k children with T = 0 and U = B = +inf (Azar et al. 2014)."""
         h, i = self.depth[node], self.index[node]
         first = len(self.depth)
         for j, lo, up in self.partition.child_cells(h, i, self.lower[node], self.upper[node]):
@@ -242,7 +243,7 @@ class HCT:
 
     def _children_max(self, node: int) -> float:
         """The largest B among the children of an expanded ``node``; the child that has it (ties
-        to the lowest index, A-11) is recorded in ``best[node]``, the step OptTraverse takes
+        to the lowest index) is recorded in ``best[node]``, the step OptTraverse takes
         from ``node``. Called whenever a child's B may have changed, so ``best`` is always current.
         """
         B, c0 = self.B, self.child0[node]
@@ -265,8 +266,8 @@ class HCT:
         self._last_refresh_tplus = tp
 
     def _update_b(self, node: int) -> None:
-        """UpdateB (spec §1.6): ``B = min(U, max of the children's B)`` for the pulled node, then
-        for its ancestors from the deepest to the root.
+        """UpdateB (Azar et al. 2014): ``B = min(U, max of the children's B)`` for the pulled node,
+        then for its ancestors from the deepest to the root.
 
         A pull changes the U of the pulled node only (ancestors' U change only at a refresh), and a
         node's B depends only on its own U and its children's B: once a node's B comes out
@@ -343,7 +344,9 @@ class HCT:
         count = self.count[node] = self.count[node] + 1
         self.total[node] += r
         self.reward_sum += r
-        round_index = t + 1 if self.next_round else t  # of U and the threshold (A-3)
+        round_index = (
+            t + 1 if self.next_round else t
+        )  # of U and the threshold (see the module docstring)
         if round_index > self._tplus:
             self._use_tplus(t_plus(round_index))
         self.U[node] = self._u_value(node, self._log_term)

@@ -1,33 +1,34 @@
 """The m-player parallel X-armed bandit algorithm (Chen, Liu, Zhang & Li, "A Parallel algorithm
 for X-Armed bandits", Algorithm 1), coordinator formulation, level by level.
 
-spec-hct-poo-parallel §3 (with the resolutions C-1..C-15 of §6). Players are the clients, the
-coordinator is the server. At depth ``h`` with confidence set ``S_h`` (``S_0 = {(0, 1)}``):
+Players are the clients, the coordinator is the server (the paper's equivalent coordinator
+formulation). At depth ``h`` with confidence set ``S_h`` (``S_0 = {(0, 1)}``):
 
-1. the server broadcasts ``(h, S_h, T_h)`` with (§3.3, C-1; no typo'd ``T_0``)::
+1. the server broadcasts ``(h, S_h, T_h)`` with the paper's ``T_h`` (fedxab reads the ``T_0`` it
+   prints once as a typo for ``T_h``)::
 
        T_h = ceil( log(pi^2 (h+1)^2 |S_h| / (3 delta)) / (2 (nu rho^h)^2 m) )
 
 2. every player pulls **every** node of ``S_h`` exactly ``T_h`` times (work replicated, not
-   partitioned, §3.6), node after node in increasing index, in one batch, and reports its local
+   partitioned), node after node in increasing index, in one batch, and reports its local
    means ``mu^j_{h,i}`` (the paper's released statistic);
-3. the server averages them in increasing client order (C-13), ``mu_{h,i} = (1/m) sum_j
+3. the server averages them in increasing client order, ``mu_{h,i} = (1/m) sum_j
    mu^j_{h,i}``, records the level, and expands every node with
    ``mu_{h,i} >= max mu_h - 3 nu rho^h`` (ties for the argmax: smallest index);
    ``S_{h+1}`` = the children of the expanded nodes.
 
 If a level does not fit in the remaining per-player budget ``n``, it is still broadcast: players
 pull in the prescribed order until their n-th evaluation and report ``complete=False``; that
-partial level is discarded (§3.7). The answer is the centre of the argmax node of the deepest
-completed level, or of the root if no level completed (C-3). One communication round is counted
-per completed level (C-4): :attr:`ParallelServer.rounds`.
+partial level is discarded. The answer is the centre of the argmax node of the deepest
+completed level, or of the root if no level completed (fedxab's choice). One communication round
+is counted per completed level: :attr:`ParallelServer.rounds`.
 
 Cells and representative points come from :class:`~fedxab.algorithms.partition.Partition` (cell
-centres). The default split rule is ``"longest"``, spec §0.2's proposed default for this paper:
+centres). The default split rule is ``"longest"``, fedxab's choice for this paper:
 halving the longest side keeps every cell's aspect ratio <= 2, so a ball of radius ~ rho^h fits
 in every depth-h cell as Assumption A4 needs, while a random split dimension can make arbitrarily
 thin cells; it also needs no seed. In one dimension the two rules give the same dyadic tree.
-Server and players must use the same ``k``, ``split`` and ``seed`` (C-13).
+Server and players must use the same ``k``, ``split`` and ``seed``.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ __all__ = [
 def pulls_per_node(
     depth: int, n_nodes: int, *, n_players: int, nu: float, rho: float, delta: float
 ) -> int:
-    """``T_h``: how many times each player pulls each node of ``S_h`` (spec §3.3, C-1).
+    """``T_h``: how many times each player pulls each node of ``S_h``.
 
     ``ceil(log(pi^2 (h+1)^2 |S_h| / (3 delta)) / (2 (nu rho^h)^2 m))``, at least 1.
     """
@@ -143,7 +144,7 @@ class LevelRecord:
 
 # ----------------------------------------------------------------------------------- server
 class ParallelServer(InboxServer[ParallelReport]):
-    """The coordinator of spec §3.4 ("equivalent coordinator formulation")."""
+    """The coordinator of the paper's "equivalent coordinator formulation"."""
 
     def __init__(
         self,
@@ -163,7 +164,7 @@ class ParallelServer(InboxServer[ParallelReport]):
         self.nu = check_nu("algorithm.nu", nu)
         self.rho = check_rho("algorithm.rho", rho)
         if delta is None:
-            delta = 1.0 / budget  # theory's choice (spec §3.2)
+            delta = 1.0 / budget  # the paper's theoretical choice
         self.delta = check_positive("algorithm.delta", delta)
         if self.delta > 1.0:
             raise ConfigError("algorithm.delta", f"must be in (0, 1], got {delta!r}")
@@ -210,7 +211,7 @@ class ParallelServer(InboxServer[ParallelReport]):
         return self.used + self.phase_length > self.budget
 
     def receive(self, client: int, report: ParallelReport) -> bool:
-        """Record a player's report; ``False`` if it is a duplicate. The level barrier (C-12)
+        """Record a player's report; ``False`` if it is a duplicate. The level barrier
         is :meth:`ready`: every player has reported."""
         if not isinstance(report, ParallelReport):
             raise ProtocolError(f"expected a {ParallelReport.kind!r}, got {type(report).__name__}")
@@ -228,8 +229,8 @@ class ParallelServer(InboxServer[ParallelReport]):
         """
         if self._finished is not None:
             return self._finished
-        reports = self._inbox.in_order()  # fixed client order (C-13)
-        if self.truncated:  # the partial level is discarded (spec §3.7)
+        reports = self._inbox.in_order()  # fixed client order
+        if self.truncated:  # the partial level is discarded
             return self._finish()
         means = np.mean(np.stack([r.means for r in reports]), axis=0)
         best = int(np.argmax(means))  # first argmax = smallest node index
@@ -270,7 +271,7 @@ class ParallelServer(InboxServer[ParallelReport]):
 
     @property
     def rounds(self) -> int:
-        """Communication rounds so far: one per completed level (C-4)."""
+        """Communication rounds so far: one per completed level."""
         return len(self.history)
 
     @property
@@ -301,7 +302,7 @@ class ParallelClient(NodeSamplingClient):
     """A player: pulls every node it is sent ``T_h`` times and reports its local means.
 
     See :class:`~fedxab.algorithms.sampling.NodeSamplingClient`; the partition's default split
-    here is ``"longest"`` (the server's default, spec §0.2).
+    here is ``"longest"`` (the server's default).
     """
 
     report_class = ParallelReport

@@ -1,16 +1,17 @@
-"""Hierarchical k-ary partition of a box domain (spec-hct-poo-parallel §0.2, spec-fedpne-pfpne §2).
+"""Hierarchical k-ary partition of a box domain, as in the X-armed bandit papers.
 
 Node ``(h, i)`` is the cell at depth ``h`` with index ``i`` in ``1..k^h``; the root ``(0, 1)`` is
 the whole domain. Children of ``(h, i)`` are ``(h+1, k(i-1)+1), ..., (h+1, k i)``: the cell cut
-into k equal slabs along one coordinate, lowest slab first ([FX]/[PF] §2.1, [P1] §0.2 for k = 2).
+into k equal slabs along one coordinate, lowest slab first (the partition of [FX] and [PF]; k = 2
+in their experiments).
 
 The split coordinate of a node is chosen by ``split``:
 
 - ``"random"`` (default): uniformly at random, as in the federated papers' experiments (PyXAB's
   ``BinaryPartition``), but drawn from a keyed hash of ``(seed, h, i)`` rather than in expansion
   order, so that every party with the same seed builds the same tree whatever order it expands
-  nodes in (spec-fedpne-pfpne §2.2 [PROPOSED]).
-- ``"longest"``: the longest side, ties to the lowest coordinate (spec-hct-poo-parallel §0.2).
+  nodes in (fedxab's choice; the papers do not say how the coordinate is drawn).
+- ``"longest"``: the longest side, ties to the lowest coordinate (fedxab's tie rule).
 
 In one dimension both rules give the dyadic (k-adic) partition.
 """

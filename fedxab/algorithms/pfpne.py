@@ -1,6 +1,6 @@
 """PF-PNE: personalized federated phased node elimination (Li, Song & Honorio,
 "Personalized Federated X-armed Bandit"): server = [PF] Algorithm 1, client = [PF] Algorithm 2,
-local subroutine PE = [PF] Algorithm 3, as cleaned in spec-fedpne-pfpne §6.
+local subroutine PE = [PF] Algorithm 3 (Li, Song & Honorio 2024).
 
 Two stages, every client has exactly ``T`` pulls:
 
@@ -23,7 +23,7 @@ The server's :class:`PFPNEFinished` carries the global recommendation, the centr
 best node at the last aggregated depth (``H0`` when stage 1 completes; the root's centre when
 ``H0 = 0``), and every reporting client's own recommendation, since PF-PNE's regret is local.
 
-Readings of the paper's ambiguities (spec §12), the default first:
+Readings of the paper's ambiguities, fedxab's default first:
 
 - P2: the root is never sampled; stage 1 and PE start at depth 1 with the root's k children.
 - P3: the client loops over depths while ``h <= H0`` and budget remains, then runs PE.
@@ -41,12 +41,12 @@ Readings of the paper's ambiguities (spec §12), the default first:
   (descend without sampling while ``|G| tau_h <= M`` or ``tau_h <= 1``), never below ``H0``; the
   global sets of skipped depths are wholly protected in PE but, having no statistics, never serve as
   its reference node.
-- Horizon (spec §6.6, F8): if ``T`` ends inside a stage-1 depth, clients pull in order until ``T``,
+- Horizon: if ``T`` ends inside a stage-1 depth, clients pull in order until ``T``,
   that depth is not aggregated and stage 2 never runs; the server finishes with the clients' current
   recommendations (the global best node they know). If stage 1 uses exactly ``T`` before ``H0``,
   the handover still happens and PE has no budget.
-- Theory preset: ``c = 2``, ``c1 = (2 M^2)^(1/8)`` (Lemma A.2, spec P10); practical: ``c = 0.1``,
-  ``c1 = 1``; ``delta = 1/M`` by default (spec §8.1).
+- Theory preset: ``c = 2``, ``c1 = (2 M^2)^(1/8)`` ([PF] Lemma A.2); practical: ``c = 0.1``,
+  ``c1 = 1``; ``delta = 1/M`` by default.
 
 Communication rounds (:attr:`PFPNEServer.rounds`) are the aggregated stage-1 depths,
 ``min(H0, depth reached before T)``; the handover phase adds one broadcast (carrying ``S^{H0}``) and
@@ -84,7 +84,7 @@ _NO_PROTECTION = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
 
 
 def transition_depth(Delta: float, nu: float = 1.0, rho: float = 0.5, rule: str = "floor") -> int:
-    """The transition depth ``H0`` between the two stages ([PF] §3.1, spec §6.1 and P4).
+    """The transition depth ``H0`` between the two stages ([PF] §3.1).
 
     ``"floor"``: the largest ``h >= 0`` with ``nu rho^h >= Delta``, i.e.
     ``floor(log(Delta/nu) / log rho)``; ``"ceil"``: the smallest ``h >= 0`` with
@@ -313,7 +313,7 @@ class PEDepthRecord:
 
 
 def _resolve(n_clients: int, budget: int, **kw: Any) -> PNEConstants:
-    # PF-PNE's theory preset uses c1 = (2 M^2)^(1/8) ([PF] Lemma A.2, spec P10).
+    # PF-PNE's theory preset uses c1 = (2 M^2)^(1/8) ([PF] Lemma A.2).
     return PNEConstants.resolve(n_clients=n_clients, horizon=budget, c1_exponent_clients=2, **kw)
 
 
@@ -380,7 +380,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         return "collaborative"
 
     def start(self) -> PFPNEBroadcast:
-        """First broadcast: depth 1 (the root is never sampled, P2); the handover if H0 = 0."""
+        """First broadcast: depth 1 (the root is never sampled); the handover if H0 = 0."""
         if self.phase != 0:
             raise ProtocolError("start() called twice")
         if self.h0 == 0:

@@ -1,6 +1,6 @@
 """Quantities shared by the phased node elimination family: Fed-PNE, DP-Fed-PNE, PF-PNE.
 
-spec-fedpne-pfpne §3 ([FX] §3, [PF] §3)::
+As defined in [FX] §3 and [PF] §3 (Li et al. 2024)::
 
     L        = log(c1 T / delta)                       # T = per-client horizon
     tau_h    = ceil((c^2 / nu^2) L rho^(-2h))          # samples a depth-h node needs
@@ -51,7 +51,7 @@ class PNEConstants:
 
         ``practical`` (the papers' experiments, [FX] §4, [PF] §4): ``c = 0.1``, ``c1 = 1``.
         ``theory``: ``c = 2``, ``c1 = (2 M^e)^(1/8)`` with ``e = 1`` for Fed-PNE (Lemma B.2) and
-        ``e = 2`` for PF-PNE (Lemma A.2). ``delta = min(1/M, 1/2)`` in both (spec F5).
+        ``e = 2`` for PF-PNE (Lemma A.2). ``delta = min(1/M, 1/2)`` in both (fedxab's default).
         """
         check_choice("algorithm.preset", preset, PRESETS)
         check_positive_int("federation.clients", n_clients)

@@ -1,23 +1,23 @@
 """POO(HCT): Parallel Optimistic Optimization with HCT as the subroutine.
 
 Shang, Kaufmann & Valko (2018) §4 run POO (Grill, Valko & Munos 2015) over HCT instances that
-differ only in ``rho`` (``nu = nu_max`` for all, spec-hct-poo-parallel §2.2, A-15). "Parallel" means
-interleaved on one evaluation budget (B-5). The schedule (spec §2.2):
+differ only in ``rho`` (fedxab uses ``nu = nu_max`` for all of them). "Parallel" means
+interleaved on one evaluation budget. The schedule (Grill et al. 2015, Algorithm 1):
 
 - keep ``N ~ 1/2 D_max log(n / log n)`` instances, ``D_max = log K / log(1/rho_max)``: while
-  ``n >= 2`` and ``N <= 1/2 D_max log(n / log n)`` (B-2), add ``N`` new instances with
+  ``n >= 2`` and ``N <= 1/2 D_max log(n / log n)``, add ``N`` new instances with
   ``rho = rho_max^(2N/(2i+1))``, each caught up with ``n/N`` evaluations, then ``n <- 2n``,
   ``N <- 2N``;
 - otherwise one round-robin sweep, one evaluation per instance in creation order, ``n <- n + N``.
 
-``rho_grid`` selects the index range of the new instances (B-1):
+``rho_grid`` selects the index range of the new instances:
 
-- ``"zero-based"`` (default, the spec's resolution): ``i = 0, ..., N-1``, so that after doubling to
+- ``"zero-based"`` (default, fedxab's reading): ``i = 0, ..., N-1``, so that after doubling to
   ``N'`` the grid is exactly ``{rho_max^(N'/j) : j = 1..N'}`` and never exceeds ``rho_max``;
 - ``"literal"``: ``i = 1, ..., N`` as the original paper prints it (gives values above ``rho_max``).
 
 Recommendation: the instance with the largest empirical mean reward (all its rewards, catch-up
-included; ties to the earliest, B-4), then that instance's recommendation: ``"lcb"`` (default,
+included; ties to the earliest), then that instance's recommendation: ``"lcb"`` (default,
 HCT's practical rule) or ``"history"`` (P1's rule: a uniform draw from that instance's pulls).
 """
 
@@ -52,7 +52,7 @@ class POO:
 
     ``preset``, ``c``, ``c1``, ``delta`` and the partition options are passed to every HCT
     instance; with the theory preset each instance gets ``c = 2/sqrt(1-rho_s)`` and
-    ``c1 = (rho_s/(3 nu_max))^(1/8)``, and ``delta = 1/budget`` (the total budget, A-8).
+    ``c1 = (rho_s/(3 nu_max))^(1/8)``, and ``delta = 1/budget`` (the total budget).
     """
 
     def __init__(

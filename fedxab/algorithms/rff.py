@@ -1,17 +1,17 @@
 """Random Fourier features and the RFF weight posterior of FTS / DP-FTS-DE (Dai et al. 2021).
 
-The building blocks every FTS-family agent uses (spec-dpftsde §2):
+The building blocks every FTS-family agent uses (Dai, Low & Jaillet 2021):
 
-- :func:`se_kernel`, the squared-exponential kernel ``k(x,x') = σ0² exp(−‖x−x'‖²/(2l²))`` (§2.1);
-- :class:`RandomFeatures`, the feature map ``φ: X → ℝ^M`` with ``k(x,x') ≈ φ(x)ᵀφ(x')`` (§2.2). The
+- :func:`se_kernel`, the squared-exponential kernel ``k(x,x') = σ0² exp(−‖x−x'‖²/(2l²))``;
+- :class:`RandomFeatures`, the feature map ``φ: X → ℝ^M`` with ``k(x,x') ≈ φ(x)ᵀφ(x')``. The
   shared map is derived from ``(seed, role)`` by :meth:`RandomFeatures.from_seed`, so every agent
   and the server rebuild exactly the same ``(s_j, b_j)`` without exchanging them;
 - :class:`WeightPosterior`, the Bayesian linear model in feature space: ``Σ_t = Φ_tᵀΦ_t + λI``,
-  ``ν_t = Σ_t⁻¹Φ_tᵀy_t`` and the sampler ``ω ~ N(ν_t, λΣ_t⁻¹)`` (paper eq. (2), spec §2.3) that
+  ``ν_t = Σ_t⁻¹Φ_tᵀy_t`` and the sampler ``ω ~ N(ν_t, λΣ_t⁻¹)`` (paper eq. (2)) that
   produces the vector an agent sends (Algo. 2 line 10);
 - :class:`FeatureFunction`, a function given by weights in feature space: ``φ(x)ᵀω`` (a sampled
-  function, or a server vector, which is a weighted combination ``Σ_n φ_n ω_n`` of agents' vectors,
-  §3.6), or the piecewise ``g(x) = φ(x)ᵀω^(i[x])`` of the federated branch (Algo. 2 line 8, §3.5).
+  function, or a server vector, which is a weighted combination ``Σ_n φ_n ω_n`` of agents'
+  vectors), or the piecewise ``g(x) = φ(x)ᵀω^(i[x])`` of the federated branch (Algo. 2 line 8).
 
 Nothing here draws from a hidden generator: :meth:`RandomFeatures.from_seed` derives its stream
 through :func:`fedxab.seeding.stream`, everything else takes a ``numpy.random.Generator``.
@@ -31,14 +31,14 @@ from fedxab.seeding import stream
 from fedxab.validation import check_positive, check_positive_int
 
 DEFAULT_NOISE_VARIANCE = 1e-6
-"""Default λ: the practice value, the shared features' noise variance (spec §2.2, §9.2 [code])."""
+"""Default λ: the practice value, the shared features' noise variance (the authors' code)."""
 
 SHARED_ROLE = "rff"
 """Stream role of the shared feature draw (the run seed and this role fix ``(s_j, b_j)``)."""
 
 
 def theory_regulariser(horizon: int) -> float:
-    """The regulariser of the analysis, ``λ = 1 + 2/T`` (spec §2.3, §5; the option of §9.2)."""
+    """The regulariser of the analysis, ``λ = 1 + 2/T`` (Dai, Low & Jaillet 2021)."""
     return 1.0 + 2.0 / check_positive_int("horizon", horizon)
 
 
@@ -59,20 +59,20 @@ def as_points(X: np.ndarray, dim: int | None = None, field: str = "X") -> np.nda
 def se_kernel(
     X: np.ndarray, Y: np.ndarray, lengthscale: float, signal_variance: float = 1.0
 ) -> np.ndarray:
-    """The SE Gram matrix ``[σ0² exp(−‖x−y‖²/(2l²))]`` between the rows of X and Y (spec §2.1)."""
+    """The SE Gram matrix ``[σ0² exp(−‖x−y‖²/(2l²))]`` between the rows of X and Y."""
     sq = np.sum(X**2, axis=1)[:, None] + np.sum(Y**2, axis=1)[None, :] - 2.0 * X @ Y.T
     return signal_variance * np.exp(-np.maximum(sq, 0.0) / (2.0 * lengthscale**2))
 
 
 @dataclass(frozen=True, eq=False)
 class RandomFeatures:
-    """The RFF map ``φ`` of the SE kernel (spec §2.2; Rahimi & Recht 2007, FTS).
+    """The RFF map ``φ`` of the SE kernel (Rahimi & Recht 2007, as FTS uses it).
 
     ``spectral`` holds the frequencies ``s_j ~ N(0, l⁻²I_D)`` as rows (M, D), ``phase`` the offsets
     ``b_j ~ U[0, 2π]`` (M,). Then ``φ(x) = sqrt(2σ0²/M)·[cos(s_jᵀx + b_j)]_j`` and
-    ``k(x,x') ≈ φ(x)ᵀφ(x')``. With ``normalize=True`` (the default, spec §2.2 [code]) each feature
-    vector is rescaled to norm ``sqrt(σ0²)``, so ``‖φ(x)‖² = σ0²`` exactly, as the proof's step
-    (20)(a) assumes; ``normalize=False`` gives the plain Rahimi–Recht map.
+    ``k(x,x') ≈ φ(x)ᵀφ(x')``. With ``normalize=True`` (the default, as in the authors' code) each
+    feature vector is rescaled to norm ``sqrt(σ0²)``, so ``‖φ(x)‖² = σ0²`` exactly, as the proof's
+    step (20)(a) assumes; ``normalize=False`` gives the plain Rahimi–Recht map.
     """
 
     spectral: np.ndarray
@@ -113,7 +113,7 @@ class RandomFeatures:
         signal_variance: float = 1.0,
         normalize: bool = True,
     ) -> RandomFeatures:
-        """Draw ``s_j ~ N(0, l⁻²I_D)`` then ``b_j ~ U[0, 2π]``, j = 1..M, from ``rng`` (§2.2)."""
+        """Draw ``s_j ~ N(0, l⁻²I_D)`` then ``b_j ~ U[0, 2π]``, j = 1..M, from ``rng``."""
         dim = check_positive_int("dim", dim)
         n_features = check_positive_int("n_features", n_features)
         lengthscale = check_positive("lengthscale", lengthscale)
@@ -133,11 +133,11 @@ class RandomFeatures:
         signal_variance: float = 1.0,
         normalize: bool = True,
     ) -> RandomFeatures:
-        """The shared map of a run: :meth:`draw` from the stream ``(seed, role)`` (spec §2.2, §8).
+        """The shared map of a run: :meth:`draw` from the stream ``(seed, role)``.
 
         Every party that calls this with the same arguments gets identical features, which the
         server's coordinate-wise averaging of ω vectors requires. Spec values: M = 100, l = 0.01,
-        σ0² = 1 (real-world); M = 50, l = 0.03 (synthetic, §9.9).
+        σ0² = 1 (real-world); M = 50, l = 0.03 (synthetic).
         """
         return cls.draw(
             dim,
@@ -178,7 +178,7 @@ class RandomFeatures:
         return features
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
-        """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement (§3.9)."""
+        """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement."""
         arg = self.spectral @ np.asarray(x, dtype=float) + self.phase
         cos, sin = np.cos(arg), np.sin(arg)
         d_cos = -sin[:, None] * self.spectral  # ∂cos(s_jᵀx + b_j)/∂x, (M, D)
@@ -193,14 +193,14 @@ class RandomFeatures:
 
 @dataclass(frozen=True, eq=False)
 class WeightPosterior:
-    """The posterior ``N(ν_t, λΣ_t⁻¹)`` of the RFF weight vector ω (paper eq. (2), spec §2.3).
+    """The posterior ``N(ν_t, λΣ_t⁻¹)`` of the RFF weight vector ω (paper eq. (2)).
 
     ``factor`` is an upper-triangular R with ``RᵀR = Σ_t = Φ_tᵀΦ_t + λI`` (a Cholesky factor of
     Σ_t), obtained from the QR decomposition of ``[Φ_t; sqrt(λ)I]`` so that ``Φ_tᵀΦ_t`` is never
     formed: with λ = 1e-6 squaring Φ_t would square its condition number. Σ_t is positive
     definite for every λ > 0, so the factorisation cannot fail and the release's fallback
-    (ω uniform on [−0.5, 0.5]^M on a linear-algebra error, §2.3 [code]) is not needed — this is
-    the spec's [proposal] of sampling through a Cholesky factor.
+    (ω uniform on [−0.5, 0.5]^M on a linear-algebra error, in the authors' code) is not needed:
+    fedxab samples through a Cholesky factor.
     """
 
     mean: np.ndarray
@@ -211,9 +211,9 @@ class WeightPosterior:
     def fit(
         cls, Phi: np.ndarray, y: np.ndarray, noise_variance: float = DEFAULT_NOISE_VARIANCE
     ) -> WeightPosterior:
-        """The posterior from features ``Φ_t`` (t, M) and observations ``y_t`` (t,) (spec §2.3).
+        """The posterior from features ``Φ_t`` (t, M) and observations ``y_t`` (t,).
 
-        ``noise_variance`` is λ; the default is the practice value (§9.2), and
+        ``noise_variance`` is λ; the default is the practice value, and
         :func:`theory_regulariser` gives the analysis' ``1 + 2/T``. With no observations (t = 0)
         this is the prior ``N(0, I)``.
         """
@@ -261,13 +261,13 @@ class WeightPosterior:
 class FeatureFunction:
     """A function given by weights in feature space, ``f(x) = φ(x)ᵀω`` (eq. (2)).
 
-    ``weights`` of shape (M,) is one vector: a sampled ω (Algo. 2 line 6 in the RFF practice,
-    §3.8) or a server vector. A weighted combination of vectors is again one vector,
-    ``Σ_n φ_n ω_n``, and by linearity its function is ``Σ_n φ_n φ(x)ᵀω_n`` (§3.6).
+    ``weights`` of shape (M,) is one vector: a sampled ω (Algo. 2 line 6 in the RFF practice)
+    or a server vector. A weighted combination of vectors is again one vector,
+    ``Σ_n φ_n ω_n``, and by linearity its function is ``Σ_n φ_n φ(x)ᵀω_n``.
 
     ``weights`` of shape (P, M) with ``region_of`` is the federated branch's piecewise function
-    ``g(x) = φ(x)ᵀω^(i[x])`` (Algo. 2 line 8, §3.5 step 3): ``region_of`` maps points (n, D) to
-    their sub-region indices i[x] in [0, P) (the sub-region layout of §3.2).
+    ``g(x) = φ(x)ᵀω^(i[x])`` (Algo. 2 line 8): ``region_of`` maps points (n, D) to
+    their sub-region indices i[x] in [0, P) (see :mod:`fedxab.algorithms.subregions`).
     """
 
     features: RandomFeatures

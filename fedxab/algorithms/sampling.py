@@ -4,9 +4,9 @@ The server names active nodes ``(depth, i)`` and a number of pulls per node; the
 every node that many times, node after node in increasing index, in ONE batch of evaluations
 ([FX] Algorithm 1; Chen et al. Algorithm 1, player side), and reports one local mean per node.
 If its budget ends inside the phase it pulls until the budget is used and reports
-``complete=False``: the truncated phase is not aggregated (spec-fedpne-pfpne §4.5,
-spec-hct-poo-parallel §3.7). A redelivered broadcast gets the same report back without pulling
-again; an older one is refused.
+``complete=False``: the truncated phase is not aggregated (fedxab's choice for a budget that ends
+mid-phase, which the papers do not consider). A redelivered broadcast gets the same report back
+without pulling again; an older one is refused.
 
 Before pulling for a phase whose statistics it would release, the client asks
 :meth:`NodeSamplingClient._refusal` whether it may release them; if not (DP-Fed-PNE's client out of

@@ -1,11 +1,12 @@
-"""Sub-regions of the normalised domain for distributed exploration (spec-dpftsde §3.2, §9.8).
+"""Sub-regions of the normalised domain for distributed exploration (Dai, Low & Jaillet 2021).
 
 The domain, normalised to ``[0, 1]^D``, is split into P disjoint axis-aligned boxes of equal
 volume. P is factored over the leading dimensions with factors as equal as possible (P = 2: 2 x 1,
 P = 3: three slabs along dimension 1, P = 4: 2 x 2, P = 6: 3 x 2), the larger factor first; the
 regions are numbered lexicographically, first dimension outermost (the paper's landmine order:
 ``X_1 = [0,.5) x [0,.5)``, ``X_2 = [0,.5) x [.5,1]``, ...). Intervals are half-open, the last one
-closed at 1 (§9.15). Agent n's home region is ``n mod P`` (round-robin, §3.2 [code]).
+closed at 1 (fedxab's choice). Agent n's home region is ``n mod P`` (round-robin, as in the
+authors' code).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = ["SubRegions", "split_factors"]
 
 
 def split_factors(n_regions: int, dim: int) -> tuple[int, ...]:
-    """How many slices each dimension gets: P factored over the leading dimensions (§9.8).
+    """How many slices each dimension gets: P factored over the leading dimensions.
 
     P's prime factors, largest first, each go to the dimension with the smallest product so far
     (factors as equal as possible), over at most ``dim`` dimensions; sorted larger first.
@@ -42,7 +43,7 @@ def split_factors(n_regions: int, dim: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class SubRegions:
-    """P equal sub-regions of ``[0, 1]^D`` (spec §3.2)."""
+    """P equal sub-regions of ``[0, 1]^D``."""
 
     dim: int
     n_regions: int
@@ -59,7 +60,7 @@ class SubRegions:
 
     def region_of(self, X: np.ndarray) -> np.ndarray:
         """The region index i[x] in [0, P) of each row of X (n, D), points of ``[0, 1]^D``
-        (clipped there first, as the release does, §3.9)."""
+        (clipped there first, as the release does)."""
         X = np.clip(np.asarray(X, dtype=float), 0.0, 1.0)
         index = np.zeros(X.shape[0], dtype=np.int64)
         for d, k in enumerate(self.factors):
@@ -81,5 +82,5 @@ class SubRegions:
         )
 
     def home(self, agent: int) -> int:
-        """Agent ``agent``'s home region, round-robin ``n mod P`` (§3.2 [code])."""
+        """Agent ``agent``'s home region, round-robin ``n mod P`` (as the authors' code)."""
         return agent % self.n_regions

@@ -1,7 +1,7 @@
 """Standard Thompson sampling per agent, without communication: DP-FTS-DE's baseline.
 
-Spec-dpftsde §3.10 / §7.3 ("standard TS"): every agent runs GP-TS on its own objective alone,
-from ``n_init`` random points in the whole domain, always with its own GP (p_t = 1), the RFF
+The "standard TS" baseline of Dai, Low & Jaillet (2021): every agent runs GP-TS on its own objective
+alone, from ``n_init`` random points in the whole domain, always with its own GP (p_t = 1), the RFF
 sampler and acquisition maximiser of the FTS agent (:class:`~fedxab.algorithms.ftsde.FTSDEClient`,
 whose own-TS step this reuses). As :class:`~fedxab.algorithms.baselines.LocalHCTServer` does for
 HCT, the server sends one broadcast ("run for ``rounds`` evaluations") and collects one report per

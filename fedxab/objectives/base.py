@@ -1,4 +1,4 @@
-"""The objective contract (DESIGN.md, Contracts: Objective).
+"""The objective contract: what every objective provides.
 
 An objective is a noise-free, vectorized function ``f(X) -> y`` on a box domain, to be MAXIMISED.
 ``X`` has shape (n, d) and ``y`` has shape (n,). Where known, an objective carries its optimum value

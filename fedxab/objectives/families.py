@@ -3,12 +3,12 @@
 Two constructions, each drawing client m's randomness from ``fedxab.seeding.stream(seed,
 "family", m)`` (so a client's objective does not depend on how many clients there are):
 
-* :func:`value_offset_family` (Fed-PNE, spec-fedpne-pfpne §7.2): ``f_m = f + xi_m``; the global
+* :func:`value_offset_family` (Fed-PNE's experiments, [FX]): ``f_m = f + xi_m``; the global
   objective is ``f`` itself.
-* :func:`input_shift_family` (PF-PNE, spec-fedpne-pfpne §8.2): ``f_m(x) = f(clip_X(x - s_m))``;
+* :func:`input_shift_family` (PF-PNE's experiments, [PF]): ``f_m(x) = f(clip_X(x - s_m))``;
   the global objective is the average of the clients.
-* :func:`gp_sample_family` (DP-FTS-DE, spec-dpftsde §7.1): a GP sample ``f`` on a 1-D grid and
-  clients ``f^n = f + d(n, x)``, ``d = +-0.02``; or the heterogeneity study's mixtures
+* :func:`gp_sample_family` (DP-FTS-DE's experiments, [DP] App. B.1.1): a GP sample ``f`` on a 1-D
+  grid and clients ``f^n = f + d(n, x)``, ``d = +-0.02``; or the heterogeneity study's mixtures
   ``alpha f^n + (1 - alpha) f_base``. The base function is drawn from ``stream(seed, "gp-family")``.
 
 Every client is an :class:`~fedxab.objectives.base.Objective` with its own optimum value and
@@ -76,7 +76,7 @@ class OffsetObjective(Objective):
 
 
 class ShiftedObjective(Objective):
-    """``f_s(x) = f(clip_X(x - s))``: ``base`` with its input shifted by ``shift`` (spec §8.2).
+    """``f_s(x) = f(clip_X(x - s))``: ``base`` with its input shifted by ``shift`` ([PF]'s clients).
 
     Values stay in the range of ``base`` because the clipped argument stays in X. The optimum:
     for every known maximiser x* of ``base`` with ``x* + s`` in X, ``x* + s`` is a maximiser and
@@ -252,12 +252,12 @@ def _check_scale(value: object, field: str) -> float:
 def value_offset_family(
     base: Objective, n_clients: int, seed: int, scale: float = 1.0
 ) -> ClientFamily:
-    """Fed-PNE's clients (spec-fedpne-pfpne §7.2): ``f_m = base + xi_m``, ``xi_m ~ N(0, scale^2)``.
+    """Fed-PNE's clients ([FX], experiments): ``f_m = base + xi_m``, ``xi_m ~ N(0, scale^2)``.
 
     ``xi_m`` is drawn once from ``stream(seed, "family", m)`` ("consistent unit-normal random
     perturbation", PyXAB ``Perturbed_Garland``). Every client shares the base maximisers and has
-    optimum ``base* + xi_m``. The global objective is the base itself (the spec's "global = the
-    original function"; the mean of the offsets is not added), so regret uses the true base f*.
+    optimum ``base* + xi_m``. The global objective is the base itself ([FX]'s global objective is
+    the original function; the mean of the offsets is not added), so regret uses the true base f*.
     """
     m_count = _check_common(base, n_clients, seed)
     sd = _check_scale(scale, "family.scale")
@@ -274,13 +274,14 @@ def input_shift_family(
     seed: int,
     shift_scale: float | Sequence[float] | None = None,
 ) -> ClientFamily:
-    """PF-PNE's clients (spec-fedpne-pfpne §8.2): ``f_m(x) = base(clip_X(x - s_m))``.
+    """PF-PNE's clients ([PF], experiments): ``f_m(x) = base(clip_X(x - s_m))``.
 
-    ``s_m ~ N(0, diag(sigma_s^2))`` is drawn from ``stream(seed, "family", m)``. ``shift_scale``
-    is sigma_s in input units: one number for every coordinate or one per coordinate; the default
-    (None) is 0.05 x the width of each coordinate range ([PROPOSED] in §8.2). Each client is a
-    :class:`ShiftedObjective` with its optimum: the base optimum at ``x* + s_m`` when that stays in
-    X for some known maximiser x*, otherwise computed numerically on the reachable inputs.
+    ``s_m ~ N(0, diag(sigma_s^2))`` is drawn from ``stream(seed, "family", m)``. ``shift_scale`` is
+    sigma_s in input units: one number for every coordinate or one per coordinate; the default
+    (None) is 0.05 x the width of each coordinate range (fedxab's choice: [PF] does not give the
+    scale). Each client is a :class:`ShiftedObjective` with its optimum: the base optimum at
+    ``x* + s_m`` when that stays in X for some known maximiser x*, otherwise computed numerically on
+    the reachable inputs.
 
     The global objective is the average of the client objectives ``fbar`` (an
     :class:`AverageObjective`), whose optimum is computed numerically by :func:`maximize_on_box`.
@@ -331,7 +332,7 @@ def gp_sample_family(
     alpha: float | None = None,
     sample_seed: int | None = None,
 ) -> ClientFamily:
-    """DP-FTS-DE's synthetic clients (spec-dpftsde §7.1, App. B.1.1; §9 items 10-11).
+    """DP-FTS-DE's synthetic clients ([DP] App. B.1.1).
 
     The base function ``f`` is a GP sample (SE kernel, ``lengthscale``) on ``grid_size`` equally
     spaced points of [0, 1], min-max normalised to [0, 1] (:class:`~fedxab.objectives.gp.GPGrid`),
@@ -339,19 +340,19 @@ def gp_sample_family(
     global objective is a :class:`~fedxab.objectives.gp.GridObjective` on that grid (nearest-point
     evaluation, exact optimum and maximisers).
 
-    ``alpha = None`` (default), the main construction (§7.1 step 3): client n has
+    ``alpha = None`` (default), the main construction of App. B.1.1: client n has
     ``f^n(x) = f(x) + d(n, x)`` with ``d = +magnitude`` or ``-magnitude`` with probability 1/2
     each (``magnitude`` default 0.02), drawn from ``stream(seed, "family", n)``:
 
-    * ``per = "point"`` (default, §9.10's literal reading): independently per (client, grid point),
-      so ``|f^n - f| = magnitude`` everywhere and ``|f^1 - f^n| <= 2 magnitude``;
+    * ``per = "point"`` (default, the literal reading of the paper): independently per (client, grid
+      point), so ``|f^n - f| = magnitude`` everywhere and ``|f^1 - f^n| <= 2 magnitude``;
     * ``per = "client"``: one sign per client, a constant offset (the alternative reading).
 
     The global objective is ``f`` itself (client values lie in [-magnitude, 1 + magnitude]).
 
-    ``alpha`` in [0, 1], the heterogeneity study (§7.1, App. B.1.2): client n draws its own GP
+    ``alpha`` in [0, 1], the heterogeneity study (App. B.1.2): client n draws its own GP
     sample ``g^n`` from ``stream(seed, "family", n)``, and ``f^n = alpha g^n + (1 - alpha) f``
-    with ``f`` (= f_base) and each ``g^n`` normalised to [0, 1] before mixing (§9.11's proposal),
+    with ``f`` (= f_base) and each ``g^n`` normalised to [0, 1] before mixing (fedxab's choice),
     so every ``f^n`` lies in [0, 1]; ``alpha = 1`` gives independent functions, ``alpha = 0``
     identical ones. No +-d perturbation is added (``magnitude``/``per`` must be left out). The
     global objective is the clients' average ``(1/N) sum_n f^n`` (itself a grid function with an

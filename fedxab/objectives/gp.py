@@ -1,6 +1,6 @@
-"""Grid objectives and Gaussian-process sample functions (spec-dpftsde §6, §7.1).
+"""Grid objectives and Gaussian-process sample functions (Dai, Low & Jaillet 2021, App. B.1.1).
 
-DP-FTS-DE's synthetic experiments (spec-dpftsde §7.1, App. B.1.1) use functions defined on a 1-D
+DP-FTS-DE's synthetic experiments (App. B.1.1) use functions defined on a 1-D
 grid of G = 1000 equally spaced points on [0, 1], drawn from a GP with an SE kernel of lengthscale
 0.03 and min-max normalised to [0, 1]. This module holds the two pieces:
 
@@ -8,9 +8,9 @@ grid of G = 1000 equally spaced points on [0, 1], drawn from a GP with an SE ker
   evaluating a point returns the value at the nearest grid point (vectorized). Its optimum value
   and maximisers are exact (the largest grid value and every grid point that attains it), and the
   grid itself is exposed (``grid``, shape (G, 1)) so that a BO algorithm can maximise an
-  acquisition function by enumeration (spec-dpftsde §3.9).
+  acquisition function by enumeration (as App. B.2.6 does on this grid).
 * :class:`GPGrid` (registered as objective ``"gp-grid"``): one GP sample on the grid, the
-  ``f`` of §7.1 step 1-2. The covariance factor (Cholesky of ``K + jitter I``) is computed once
+  paper's ``f``. The covariance factor (Cholesky of ``K + jitter I``) is computed once
   per (G, lengthscale) and cached (:func:`gp_grid_factor`), so sampling for another seed or
   another client costs one matrix-vector product.
 
@@ -45,7 +45,7 @@ __all__ = [
 
 GP_JITTER = 1e-6
 """Jitter added to the diagonal of the grid covariance (kernel variance 1) before factorising
-(spec-dpftsde §7.1 step 1: "a small jitter added to the covariance")."""
+(fedxab's value; the paper only says a small jitter is added)."""
 
 GP_FAMILY_ROLE = "gp-family"
 """Stream role of a run's base GP function: ``stream(seed, "gp-family")``."""
@@ -73,13 +73,13 @@ def _check_seed(value: object, field: str) -> int:
 
 
 def unit_grid(grid_size: int) -> np.ndarray:
-    """The G equally spaced points ``linspace(0, 1, G)`` of [0, 1] (spec-dpftsde §6), shape (G,)."""
+    """The G equally spaced points ``linspace(0, 1, G)`` of [0, 1], shape (G,)."""
     return np.linspace(0.0, 1.0, _check_grid_size(grid_size, "grid_size"))
 
 
 def se_kernel(x: np.ndarray, y: np.ndarray, lengthscale: float) -> np.ndarray:
     """The squared-exponential kernel ``k(x, y) = exp(-|x - y|^2 / (2 l^2))`` (variance 1) between
-    the 1-D points ``x`` (n,) and ``y`` (m,), as an (n, m) matrix (spec-dpftsde §2.1, §7.1)."""
+    the 1-D points ``x`` (n,) and ``y`` (m,), as an (n, m) matrix."""
     diff = np.asarray(x, dtype=float)[:, None] - np.asarray(y, dtype=float)[None, :]
     return np.exp(-0.5 * (diff / float(lengthscale)) ** 2)
 
@@ -115,7 +115,7 @@ def sample_gp_grid(
     size: int | None = None,
 ) -> np.ndarray:
     """Raw (unnormalised) draws of a zero-mean GP with SE kernel on the grid: ``L z``, ``z`` drawn
-    from ``rng`` (spec-dpftsde §7.1 step 1). Shape (G,) if ``size`` is None, else (size, G)."""
+    from ``rng``. Shape (G,) if ``size`` is None, else (size, G)."""
     factor = gp_grid_factor(grid_size, lengthscale)
     g = factor.shape[0]
     if size is None:
@@ -126,7 +126,7 @@ def sample_gp_grid(
 
 
 def minmax_normalize(values: np.ndarray) -> np.ndarray:
-    """``(v - min v) / (max v - min v)``: values mapped onto [0, 1] (spec-dpftsde §7.1 step 2)."""
+    """``(v - min v) / (max v - min v)``: values mapped onto [0, 1] (App. B.1.1)."""
     v = np.asarray(values, dtype=float)
     lo, hi = float(v.min()), float(v.max())
     if not hi > lo:
@@ -141,7 +141,7 @@ def minmax_normalize(values: np.ndarray) -> np.ndarray:
 def gp_grid_values(
     rng: np.random.Generator, grid_size: int = 1000, lengthscale: float = 0.03
 ) -> np.ndarray:
-    """One GP sample on the grid, min-max normalised to [0, 1] (spec-dpftsde §7.1 steps 1-2)."""
+    """One GP sample on the grid, min-max normalised to [0, 1] (App. B.1.1)."""
     return minmax_normalize(sample_gp_grid(rng, grid_size, lengthscale))
 
 
@@ -156,7 +156,7 @@ class GridObjective(Objective):
 
     Evaluating ``x`` returns the value at the nearest grid point, index ``rint(x (G - 1))``
     clipped to 0..G-1 (an exact midpoint goes to the even index, numpy's ``rint``; points outside
-    [0, 1] go to the nearest end). This is how spec-dpftsde §6/§7.1's grid-defined synthetic
+    [0, 1] go to the nearest end). This is how the paper's grid-defined synthetic
     functions are queried from a continuous domain. ``optimum_value`` is the largest grid value,
     ``maximizers`` every grid point attaining it (``maximizer`` the first), so regret is exact.
 
@@ -198,7 +198,7 @@ class GridObjective(Objective):
 class GPGrid(GridObjective):
     """A function drawn from a GP with SE kernel on a 1-D grid, normalised to [0, 1].
 
-    spec-dpftsde §7.1 steps 1-2 (App. B.1.1): the joint multivariate-normal sample on the
+    As in Dai, Low & Jaillet (2021), App. B.1.1: the joint multivariate-normal sample on the
     ``grid_size`` points of [0, 1] with ``GP_JITTER`` on the diagonal, min-max normalised. The
     sample is ``L z`` with ``z`` from ``stream(sample_seed, "gp-family")``.
 

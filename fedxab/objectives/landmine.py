@@ -7,7 +7,8 @@ about 6.1% positives). The file is distributed with the DP-FTS-DE authors' publi
 it. Its location comes from the config key ``objective.data_path`` or the environment variable
 ``FEDXAB_LANDMINE`` (a file, or a directory that contains ``LandmineData.mat``).
 
-Objective (spec-fedpne-pfpne §7.2, §8.2 and §12 F17; spec-dpftsde §7.2): each client is ONE field.
+Objective (the landmine experiments of [FX], [PF] and Dai, Low & Jaillet 2021): each client is ONE
+field.
 The field is split 50/50 into train and validation halves, stratified by label, with
 ``random_state=0`` (exactly the authors' ``preprocess.py``: ``train_test_split(features[j],
 label[j], test_size=0.5, stratify=label[j], random_state=0)``; the raw features are used, without
@@ -17,7 +18,7 @@ AUC-ROC of its ``decision_function`` scores. The reward is that AUC, to be MAXIM
 
 Scores: the papers' code calls ``SVC(probability=True)`` and scores ``predict_proba``. That fits
 Platt's sigmoid by an internal 5-fold cross-validation drawn from an unseeded random state, so the
-same point can give different rewards on different calls (F17). The sigmoid is monotone, so the
+same point can give different rewards on different calls. The sigmoid is monotone, so the
 AUC usually equals, or nearly equals, the decision-function AUC; but on these imbalanced fields the
 cross-validated sigmoid is sometimes fitted with the wrong sign and the ranking is reversed (for
 field 28 at the domain centre, one such fit gave a probability AUC of 0.378 against 0.622 from the
@@ -350,7 +351,7 @@ class LandmineSVM(Objective):
     """Validation AUC of an RBF SVM on ONE landmine field, as a function of ``(gamma, C)``.
 
     Coordinates, in this order: ``x[0]`` = RBF ``gamma`` in [0.01, 10], ``x[1]`` = SVM ``C`` in
-    [1e-4, 10] (F17: the Fed-PNE paper prints gamma first; PyXAB's and the DP-FTS-DE code put C
+    [1e-4, 10] (the Fed-PNE paper prints gamma first; PyXAB's and the DP-FTS-DE code put C
     first, so mind the order when comparing). By default the domain is linear in both (the papers'
     scale); with ``log_scale=True`` the coordinates are ``log10(gamma)`` in [-2, 1] and
     ``log10(C)`` in [-4, 1], and a point ``x`` means ``gamma = 10**x[0]``, ``C = 10**x[1]``.
@@ -489,7 +490,7 @@ def landmine_family(
     log_scale: bool = False,
     cache_size: int = DEFAULT_CACHE_SIZE,
 ) -> ClientFamily:
-    """One :class:`LandmineSVM` client per field, and their mean as the global objective (F17).
+    """One :class:`LandmineSVM` client per field, and their mean as the global objective.
 
     Which field each client gets:
 
@@ -497,7 +498,7 @@ def landmine_family(
       length);
     * ``fields=None`` (default): ``n_clients`` (default 29) <= 29 gives clients the fields
       0..n_clients-1, one each; ``n_clients > 29`` assigns fields uniformly at random WITH
-      replacement (spec-fedpne-pfpne §7.2 [PROPOSED]);
+      replacement (fedxab's choice; the papers use at most 29 clients);
     * ``fields="random"``: uniformly at random with replacement for any ``n_clients`` (the papers'
       "each client is assigned a random field").
 

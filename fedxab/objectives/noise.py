@@ -1,12 +1,12 @@
 """Observation noise models: the reward is ``r = f(x) + eps``, ``eps = model.sample(f(x), rng)``.
 
-Noise is kept apart from objectives (DESIGN.md, Contracts: Objective) and draws from a caller's
+Noise is kept apart from objectives (which are noise-free) and draws from a caller's
 :class:`numpy.random.Generator` (a stream of :mod:`fedxab.seeding`), so the same stream gives the
 same noise. ``sample`` receives the noise-free values so that a truncation may depend on f(x).
 
-Models (spec-fedpne-pfpne §7.2, §8.2: zero-mean bounded noise, proposed ``Uniform(-0.1, 0.1)``;
-spec-hct-poo-parallel §4.2 and ambiguity C-8: "truncated zero-mean Gaussian noise N(0, 1)" keeping
-rewards in [0, 1]):
+Models ([FX] and [PF] assume zero-mean bounded noise, for which fedxab uses
+``Uniform(-0.1, 0.1)`` by default; Chen et al.'s parallel paper uses "truncated zero-mean Gaussian
+noise N(0, 1)" keeping rewards in [0, 1]):
 
 * :class:`NoNoise` -- ``eps = 0``;
 * :class:`UniformNoise` -- ``eps ~ U(-a, a)``;
@@ -89,7 +89,8 @@ class NoNoise(NoiseModel):
 
 
 class UniformNoise(NoiseModel):
-    """``eps ~ U(-a, a)`` i.i.d.; default ``a = 0.1`` (spec-fedpne-pfpne §7.2, §8.2, [PROPOSED])."""
+    """``eps ~ U(-a, a)`` i.i.d.; default ``a = 0.1`` (fedxab's choice; [FX] and [PF] do not
+    give the noise)."""
 
     name = "uniform"
 
@@ -148,8 +149,8 @@ def _truncated_standard_normal(lo: np.ndarray, hi: np.ndarray, u: np.ndarray) ->
 class TruncatedGaussianNoise(NoiseModel):
     """Gaussian noise ``N(0, sigma^2)`` truncated so that rewards stay in [0, 1].
 
-    spec-hct-poo-parallel §4.2 and C-8 (the paper says "truncated zero-mean Gaussian noise
-    N(0, 1)" without saying how). ``mode``:
+    Chen et al.'s parallel paper says "truncated zero-mean Gaussian noise N(0, 1)" without saying
+    how; fedxab offers three readings. ``mode``:
 
     * ``"symmetric"`` (default): conditioned on ``|eps| <= b(x) = min(f(x), 1 - f(x))``, which
       keeps both zero mean and ``r = f + eps`` in [0, 1]; the noise vanishes as f nears 0 or 1

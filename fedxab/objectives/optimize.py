@@ -1,10 +1,10 @@
 """Numerical maximisation of a vectorized function on a box.
 
 Used where an optimum has no closed form: the maximum of the smooth 1-D product-of-sines function
-(spec-hct-poo-parallel §4.2), the normalisers of Rastrigin and Ackley (spec-fedpne-pfpne §9), the
+(Chen et al.'s test function), the normalisers of Rastrigin and Ackley (as PF-PNE normalises), the
 optimum of an input-shifted client whose shifted maximiser leaves the domain, and the optimum of the
-average objective of a heterogeneous client family (spec-fedpne-pfpne §8.2: "compute numerically
-(dense grid / local search)").
+average objective of a heterogeneous client family (computed
+numerically, by dense grid and local search, since [PF] gives no closed form).
 
 The method is deterministic (no global random state):
 

@@ -28,7 +28,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "ackley": Ackley,
     "sineproduct": SineProduct,
     "landmine": LandmineSVM,
-    "gpgrid": GPGrid,  # "gp-grid": spec-dpftsde §7.1 (the family draws f from the run seed)
+    "gpgrid": GPGrid,  # "gp-grid": [DP] App. B.1.1 (the family draws f from the run seed)
 }
 
 

@@ -1,8 +1,8 @@
 """Synthetic test functions with exactly known optima (all MAXIMISATION problems).
 
-Formulas: spec-fedpne-pfpne §9 (Garland, DoubleSine, Himmelblau, Rastrigin, Ackley, and their
-normalisation to [0, 1] used by PF-PNE, §8.2) and spec-hct-poo-parallel §4.2 (the product-of-sines
-function of the distributed X-armed bandit paper, and Garland) and §4.4 (PyXAB conventions).
+Formulas: those of the federated papers' experiments ([FX] App. E, [PF]: Garland, DoubleSine,
+Himmelblau, Rastrigin, Ackley, and their normalisation to [0, 1] used by PF-PNE), of Chen et al.'s
+parallel paper (the product-of-sines function, and Garland), in PyXAB's conventions.
 
 Every class evaluates a whole (n, d) batch with numpy (no Python loop over points), states its
 optimum value ``optimum_value`` and a maximiser ``maximizer``, and lists every known global
@@ -76,7 +76,7 @@ class SyntheticObjective(Objective):
 class Garland(SyntheticObjective):
     """Garland, ``f(x) = x (1 - x) (4 - sqrt|sin 60x|)`` on [0, 1] (no rescaling).
 
-    Source: spec-fedpne-pfpne §9 and spec-hct-poo-parallel §4.2 (PyXAB ``Garland``). The local
+    Source: [FX], [PF] and Chen et al. (PyXAB ``Garland``). The local
     maxima are the cusps ``x = k pi / 60`` where ``sin 60x = 0``; the global one is ``x* = pi/6``
     with ``f* = 4 (pi/6)(1 - pi/6) = 0.9977723912`` (closed form, computed from the formula); the
     runner-up is ``3 pi / 20`` (0.996691). Values lie in [0, f*] already, so no normalisation is
@@ -102,15 +102,15 @@ class Garland(SyntheticObjective):
 class DoubleSine(SyntheticObjective):
     """DoubleSine of the POO paper in PyXAB's form, on [0, 1].
 
-    Source: spec-fedpne-pfpne §9 (the version printed in [FX] E.2 is garbled, §12 F13) and
-    spec-hct-poo-parallel §4.4; PyXAB ``DoubleSine(rho1=0.3, rho2=0.8, tmax=0.5)``::
+    Source: PyXAB ``DoubleSine(rho1=0.3, rho2=0.8, tmax=0.5)`` (the version printed in [FX]
+    App. E.2 is garbled)::
 
         u = |2x - 1|, e_k = -log2(rho_k), s(z) = (sin(2 pi z) + 1) / 2
         f(x) = s(log2(u) / 2) (u^e2 - u^e1) - u^e2,    f(0.5) = 0
 
     Raw values oscillate between ``-u^e2`` and ``-u^e1`` and lie in [-1, 0]: the maximum 0 is at
     x = 0.5 only (``f <= -u^e1 < 0`` elsewhere), the minimum -1 at x = 0 and x = 1. By default the
-    function is normalised to [0, 1] as ``f + 1`` (spec §9, B = 1), so ``f* = 1``; pass
+    function is normalised to [0, 1] as ``f + 1``, so ``f* = 1``; pass
     ``normalized=False`` for the raw values (``f* = 0``).
     """
 
@@ -135,7 +135,8 @@ class DoubleSine(SyntheticObjective):
 # --------------------------------------------------------------------------------------------
 # Himmelblau
 
-# Approximate locations (spec §9); polished to machine precision by Newton's method on the gradient.
+# Approximate locations (the textbook ones); polished to machine precision by Newton's method on
+# the gradient.
 _HIMMELBLAU_APPROX = (
     (3.0, 2.0),
     (-2.805118, 3.131312),
@@ -172,11 +173,11 @@ def _himmelblau_maximizers() -> tuple[tuple[float, float], ...]:
 class Himmelblau(SyntheticObjective):
     """Himmelblau, ``f = -(x1^2 + x2 - 11)^2 - (x1 + x2^2 - 7)^2`` on [-5, 5]^2 (maximised).
 
-    Source: spec-fedpne-pfpne §9 and spec-hct-poo-parallel §4.4 (PyXAB ``Himmelblau``). Raw values
+    Source: [PF] (PyXAB ``Himmelblau``). Raw values
     lie in [-890, 0] (minimum at (5, 5)); the four global maximisers (3, 2), (-2.805118, 3.131312),
     (-3.779310, -3.283186), (3.584428, -1.848126) all give 0 and are listed in ``maximizers``
     (refined to machine precision by Newton's method on the gradient). By default the function is
-    normalised (spec §9, PF-PNE §8.2) as ``1 + f / 890`` in [0, 1] with ``f* = 1``;
+    normalised (as PF-PNE does) as ``1 + f / 890`` in [0, 1] with ``f* = 1``;
     ``normalized=False`` gives the raw values (``f* = 0``).
     """
 
@@ -217,12 +218,12 @@ def rastrigin_coordinate_bound() -> float:
 class Rastrigin(SyntheticObjective):
     """Rastrigin, ``f = sum_i (-10 - x_i^2 + 10 cos 2 pi x_i)`` on [-1, 1]^p (maximised).
 
-    Source: spec-fedpne-pfpne §9 and spec-hct-poo-parallel §4.4 (PyXAB ``Rastrigin``). ``f* = 0``
-    at x = 0. Each coordinate term has minimum ``-B`` on [-1, 1], with
-    ``B = rastrigin_coordinate_bound()`` (about 20.2513, computed numerically), so the raw range
-    is [-B p, 0]. By default the function is normalised (spec §9) as ``1 + f / (B p)``, exactly
-    onto [0, 1] with ``f* = 1`` (PyXAB divides by ``20 p``, which overshoots to -1.0126);
-    ``normalized=False`` gives the raw values (``f* = 0``). ``dim`` is p (10 in PF-PNE).
+    Source: [PF] (PyXAB ``Rastrigin``). ``f* = 0`` at x = 0. Each coordinate term has minimum ``-B``
+    on [-1, 1], with ``B = rastrigin_coordinate_bound()`` (about 20.2513, computed numerically), so
+    the raw range is [-B p, 0]. By default the function is normalised (fedxab's choice) as
+    ``1 + f / (B p)``, exactly onto [0, 1] with ``f* = 1`` (PyXAB divides by ``20 p``, which
+    overshoots to -1.0126); ``normalized=False`` gives the raw values (``f* = 0``). ``dim`` is p (10
+    in PF-PNE).
     """
 
     name = "rastrigin"
@@ -296,9 +297,9 @@ class Ackley(SyntheticObjective):
 
         f(x) = 20 exp(-0.2 sqrt(mean_i x_i^2)) + exp(mean_i cos 2 pi x_i) - e - 20
 
-    which for dim = 2 is spec-fedpne-pfpne §9's ``20 exp(-0.2 sqrt(0.5 (x1^2 + x2^2))) +
+    which for dim = 2 is the papers' ``20 exp(-0.2 sqrt(0.5 (x1^2 + x2^2))) +
     exp(0.5 (cos 2 pi x1 + cos 2 pi x2)) - e - 20`` (PyXAB ``Ackley``; domain [-1, 1]^2 as in PyXAB,
-    the paper does not state it, §8.2). ``f* = 0`` at x = 0 (a cone tip).
+    the paper does not state it). ``f* = 0`` at x = 0 (a cone tip).
 
     Normalisation ``1 + f / B`` (``normalized=True``, default). With ``bound="exact"`` (default)
     B = |min of f on the domain|, computed numerically by :func:`ackley_minimum` (4.675205 for
@@ -353,7 +354,7 @@ def _sine_product_argmax() -> float:
 class SineProduct(SyntheticObjective):
     """The smooth multimodal 1-D function of Munos (2011) and Valko et al. (2013), on [0, 1].
 
-    Source: spec-hct-poo-parallel §4.2 (test function 1 of the distributed X-armed bandit paper).
+    Source: test function 1 of Chen et al.'s parallel X-armed bandit paper.
 
     * standard (default): ``f(x) = (sin(13x) sin(27x) + 1) / 2``; ``f* = 0.9755991`` at
       ``x* = 0.8675262``, second local maximum 0.933836 at x ~ 0.39842;

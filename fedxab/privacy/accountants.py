@@ -1,6 +1,6 @@
 """Privacy accountants: (epsilon, delta) recomputed from privacy events by interchangeable backends.
 
-DESIGN.md (Privacy): a release is data (:class:`~fedxab.privacy.mechanisms.PrivacyEvent`, like
+fedxab's privacy model: a release is data (:class:`~fedxab.privacy.mechanisms.PrivacyEvent`, like
 dp-accounting's ``DpEvent``); an accountant turns a list of events into epsilon at a delta, or
 delta at an epsilon. Events of one ``scope`` compose (each is ``count`` Poisson-subsampled Gaussian
 releases, sampling rate q, noise multiplier z); events of different scopes touch disjoint data and
@@ -13,12 +13,12 @@ Backends (:func:`make_accountant`):
   absolute values of the RDP series: a valid upper bound, looser than the exact series (see
   ``"opacus-rdp"``), kept as it is because it is never below the true value; it agrees with
   Opacus at integer orders, and only there is agreement required;
-- ``"moments"``: the moments accountant of Abadi et al. 2016 as the DP-FTS-DE paper uses it
-  (spec-dpftsde §4.2): integer moment orders lambda = 1..32, i.e. RDP at integer orders
+- ``"moments"``: the moments accountant of Abadi et al. 2016 as the DP-FTS-DE paper (Dai, Low &
+  Jaillet 2021) uses it: integer moment orders lambda = 1..32, i.e. RDP at integer orders
   alpha = lambda + 1 = 2..33, with the classic conversion
   ``epsilon = min_alpha RDP_total(alpha) + log(1/delta) / (alpha - 1)``. The RDP values come from
   dp-accounting (exact at integer orders); only the conversion is written here. It reproduces
-  the paper's epsilon values (spec §4.3) and is never below ``"rdp"``;
+  the paper's epsilon values and is never below ``"rdp"``;
 - ``"opacus-rdp"`` (optional extra ``opacus``): Opacus's RDP analysis
   (``opacus.accountants.RDPAccountant``: its RDP of the subsampled Gaussian and its conversion,
   Balle et al. 2020, Theorem 21 -- the same improved conversion as ``"rdp"``), searched over
@@ -113,7 +113,7 @@ the time (0.4 to 3.5 s), which a run pays for every distinct history prefix
 OPACUS_INSTALL = "pip install torch==2.13.0 'fedxab[opacus]'"
 """How to install the Opacus backends: torch pinned to the CPU build, in the same pip step."""
 MOMENT_ORDERS = tuple(range(2, 34))
-"""RDP orders alpha = lambda + 1 for the moment orders lambda = 1..32 (spec-dpftsde §4.2)."""
+"""RDP orders alpha = lambda + 1 for the moment orders lambda = 1..32 (as Abadi et al. 2016)."""
 
 
 @functools.cache
@@ -412,7 +412,7 @@ class PldAccountant(_TimeLimitedAccountant):
 
 
 class MomentsAccountant:
-    """The classic moments accountant of the DP-FTS-DE paper (spec-dpftsde §4.2)."""
+    """The classic moments accountant of the DP-FTS-DE paper (Dai, Low & Jaillet 2021)."""
 
     name = "moments"
     fallbacks = 0

@@ -1,6 +1,6 @@
 """A client's release gate: the ledger check before a release and the record that goes with it.
 
-DESIGN.md (Privacy): **before** a release, the client checks that it keeps it within its budget
+fedxab's privacy model: **before** a release, the client checks that it keeps it within its budget
 (:meth:`~fedxab.privacy.ledger.PrivacyLedger.check_release`, which raises
 :class:`~fedxab.privacy.release.PrivacyBudgetExceeded`); the release is recorded in the ledger
 before the released value leaves the client, so a crash after the record over-counts (safe) and

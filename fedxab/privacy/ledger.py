@@ -1,6 +1,6 @@
 """The per-client privacy ledger: an append-only record of every release, with budgets.
 
-DESIGN.md (Privacy). Every release a client makes is one row keyed by
+Every release a client makes is one row keyed by
 ``(run, client, phase, release)``: recording the same key again (a retry, a redelivered message,
 a replayed phase) changes nothing, so a release is never charged twice; recording the same key
 with a different event is refused (:class:`LedgerError`), because it would rewrite history.

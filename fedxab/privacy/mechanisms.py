@@ -185,7 +185,7 @@ def clip_l2(values: np.ndarray, bound: float) -> np.ndarray:
 def clip_l2_blocks(values: np.ndarray, bound: float, blocks: int) -> np.ndarray:
     """``values`` cut into ``blocks`` equal parts, each clipped to L2 norm ``bound / sqrt(blocks)``,
     so the whole vector's norm is at most ``bound`` (DP-FTS-DE's per-sub-region clipping with
-    S / sqrt(P), spec-dpftsde §3.6)."""
+    S / sqrt(P), Dai, Low & Jaillet 2021, Algorithm 1)."""
     bound = check_positive("privacy.clip_bound", bound)
     values = np.asarray(values, dtype=np.float64)
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:

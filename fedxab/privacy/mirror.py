@@ -1,6 +1,6 @@
 """The ledger mirrored on the run's ``ledger`` topic, and a ledger rebuilt from it.
 
-DESIGN.md (Privacy): on a broker, every client agent publishes each release it records (and, at
+On a broker, every client agent publishes each release it records (and, at
 start, each hosted client's budget) to ``{namespace}.{run_id}.ledger``, keyed by client id, before
 the report that carries the released values. Anyone who can read the topic (the server, an
 auditor) rebuilds the run's ledger from it (:func:`rebuild_ledger`): recording is idempotent per

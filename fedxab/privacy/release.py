@@ -1,7 +1,7 @@
 """What a private algorithm sees of the privacy machinery, without I/O: the gate it calls around
 each release and the error that refuses one.
 
-DESIGN.md (Privacy): **before** a release, a client (or, under central DP, the server) asks its
+fedxab's privacy model: **before** a release, a client (or, under central DP, the server) asks its
 :class:`ReleaseGate` to admit it, which raises :class:`PrivacyBudgetExceeded` when the release
 would exceed the budget; the release is recorded before the released value leaves. The sans-I/O
 algorithms (:mod:`fedxab.algorithms`) import this module only; the ledger that stands behind a

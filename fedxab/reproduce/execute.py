@@ -66,7 +66,7 @@ class EntryResult:
 
     def local_simple_regret(self) -> np.ndarray:
         """(seeds, len(rounds)): each run's mean over clients of the best local regret so far
-        (spec-dpftsde §7.1), checked to share the first run's rounds."""
+        ([DP]'s metric), checked to share the first run's rounds."""
         where = self.results.source or self.planned.results_path
         rounds = self.rounds
         curves = []
@@ -112,7 +112,7 @@ def _loss_curve(fed: Any, rounds: np.ndarray) -> tuple[np.ndarray, list[dict[str
     """The anytime loss ``f* - f(x(t))`` of a parallel run at ``rounds`` (per-player steps).
 
     ``x(t)`` is the centre of the best node of the deepest level completed by step t, the root's
-    centre before any level completes (spec-hct-poo-parallel §3.7, C-3).
+    centre before any level completes (fedxab's choice).
     """
     server = fed.server
     glob = fed.family.global_objective

@@ -3,8 +3,8 @@ papers, by name (:data:`EXPERIMENTS`).
 
 Each experiment is an objective (with its noise and client heterogeneity), a per-client budget T,
 a number of clients M and a list of :class:`Entry` (one algorithm each, with the paper's
-hyper-parameters). The experiments (spec-fedpne-pfpne §7, §8, §11 and spec-hct-poo-parallel
-§4.2; the [PROPOSED] defaults where the papers are silent: M = 10, T = 10^4 on synthetic
+hyper-parameters). The experiments follow the papers' experiment sections, with fedxab's
+defaults where the papers are silent: M = 10, T = 10^4 on synthetic
 functions, T = 10^3 on landmine, uniform noise on [-0.1, 0.1], 10 seeds):
 
 - ``fedpne-*`` (Fed-PNE paper [FX], Fig. 2): Fed-PNE, HCT on the global objective (centralised,
@@ -19,7 +19,7 @@ functions, T = 10^3 on landmine, uniform noise on [-0.1, 0.1], 10 seeds):
   symmetric truncated N(0, 1) noise; metric: the loss (simple regret) ``f* - f(x(t))`` of the
   recommendation against the per-player time step t (rebuilt from the coordinator's per-level
   record: :mod:`fedxab.reproduce.execute`).
-- ``dpftsde-*`` (DP-FTS-DE paper [DP], Fig. 2c, 2d, 3a; spec-dpftsde §6, §7): DP-FTS-DE over a
+- ``dpftsde-*`` (DP-FTS-DE paper [DP], Fig. 2c, 2d, 3a; App. B.1): DP-FTS-DE over a
   grid of sampling rates q and noise multipliers z (the ``[privacy]`` section: the moments
   accountant, delta = 1 / N^1.1), FTS-DE, FTS (one region) and standard TS; N = 200 agents on
   perturbed copies of a GP sample with T = 40, or the 29 landmine fields with T = 60, after 10
@@ -75,8 +75,9 @@ class Entry:
     """The ``[privacy]`` table of a private algorithm (its epsilon goes in the privacy-utility
     table); None for the others."""
     paper_epsilon: float | None = None
-    """The epsilon the paper reports for this entry at the experiment's N and T (spec-dpftsde
-    §4.3), shown next to the measured one; the measured one always comes from the ledger."""
+    """The epsilon the paper reports for this entry at the experiment's N and T (moments
+    accountant, delta = N^-1.1), shown next to the measured one; the measured one always comes
+    from the ledger."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Experiment:
     setting: str
     """What the figure's caption should say about the setting (noise, heterogeneity)."""
     paper_reports: str
-    """What the paper reports (spec §11), for the docs."""
+    """What the paper reports, for the docs."""
     ylabel: str | None = None
     """The y axis label when it is not the metric's usual one."""
     initial_points: int = 0
@@ -266,7 +267,7 @@ def _p2(name: str, figure: str, title: str, objective: Mapping[str, Any], n: int
 
 _LANDMINE = {"name": "landmine", "noise": "none"}
 
-# DP-FTS-DE ([DP], spec-dpftsde §6, §7): the synthetic functions (App. B.1.1) and landmine (§7.2)
+# DP-FTS-DE ([DP], App. B.1): the synthetic functions (App. B.1.1) and landmine
 _MOMENTS = {"accountant": "moments"}  # the paper's accountant; delta = 1 / N^1.1 (the default)
 _DP_SYNTHETIC_GP = {
     "n_features": 50,
@@ -289,7 +290,7 @@ _DP_LANDMINE_DE = {
     "weights": "real",
     "p_schedule": "1/t",
 }
-# spec-dpftsde §4.3: epsilon after T releases at delta = N^-1.1 (moments accountant)
+# [DP]'s epsilon after T releases at delta = N^-1.1 (moments accountant)
 _DP_SYNTHETIC_EPSILON = {
     (0.15, 1.0): 5.93,
     (0.25, 1.0): 9.91,

@@ -198,7 +198,8 @@ def privacy_utility_caption(table: Mapping[str, Any], plan: Plan) -> str:
         f"seed{'s' if table['seeds'] != 1 else ''}. "
         "epsilon: the largest over agents, recomputed from each run's privacy ledger "
         f"({', '.join(accountants) or 'no'} accountant), mean over seeds (± std when it "
-        "varies); epsilon (paper): spec-dpftsde §4.3, at the paper's N and T. final regret: "
+        "varies); epsilon (paper): as Dai, Low & Jaillet (2021) report it, at the paper's N and "
+        "T. final regret: "
         f"{metric_label(plan.experiment)} at the last iteration, mean ± std over seeds"
         + ("; best AUC = 1 − final regret." if plan.experiment.needs_landmine else ".")
     )

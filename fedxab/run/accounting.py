@@ -1,6 +1,6 @@
 """What a federated run counts and records, the same for every runner: the communication of
 each phase, who withdrew, the evaluations each client owes, and the run's
-:class:`~fedxab.results.RunRecord` built from the regret sums (spec-fedpne-pfpne §1.2, §4.4).
+:class:`~fedxab.results.RunRecord` built from the regret sums (the regrets of [FX] and [PF]).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def federated_record(
 ) -> RunRecord:
     """The :class:`RunRecord` of a federated run from its flushed regret sums.
 
-    Besides the cumulative curves it carries the simple-regret curves of spec-dpftsde §7.1
+    Besides the cumulative curves it carries the simple-regret curves DP-FTS-DE plots
     (:meth:`RegretSums.simple_curves`, on the same rounds): ``global_simple_regret`` and
     ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
     ``expected`` (per client, :func:`expected_use`): the pulls the sums should hold; where they
