@@ -2,7 +2,9 @@
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
 #   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + pytest
-#               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one)
+#               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one; chromium
+#               from apt-get where root, for the dashboard's browser tests)
+#   make docs   install fedxab[docs], build the documentation site into site/ (mkdocs --strict)
 #   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
 #               transports, signing)
 #
@@ -14,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 
-.PHONY: run test bench
+.PHONY: run test bench docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +27,13 @@ run: $(BIN)/python
 
 test: $(BIN)/python
 	$(PIP) torch==2.13.0 -e '.[dev,bench,opacus]'
+	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
 	$(BIN)/pytest
+
+docs: $(BIN)/python
+	$(PIP) -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(BIN)/python
 	$(PIP) -e '.[dev,bench]'

@@ -1,12 +1,13 @@
 """The ``fedxab`` command.
 
 ``fedxab run [CONFIG.toml]`` runs a job (the built-in default without a config: Fed-PNE with 10
-clients on Garland) with a progress bar and prints a summary table; single-agent algorithms run
-through :mod:`fedxab.agents.local`, federated ones through :mod:`fedxab.agents.federation`
-(chosen by the algorithm's name). ``fedxab plot RESULTS.json ... -o regret.png`` draws regret
-curves. ``fedxab keys generate --clients N --out DIR`` writes the message-signing keys: an
-Ed25519 key pair per party (:mod:`fedxab.security.keypairs`), or with ``--scheme hmac`` one
-secret key per client (:mod:`fedxab.security.keys`).
+clients on Garland) with a progress display (``--progress``: a bar on a terminal, plain lines in
+logs and pipes; :mod:`fedxab.monitoring.progress`) and prints a summary table; single-agent
+algorithms run through :mod:`fedxab.agents.local`, federated ones through
+:mod:`fedxab.agents.federation` (chosen by the algorithm's name). ``fedxab plot RESULTS.json
+... -o regret.png`` draws regret curves. ``fedxab keys generate --clients N --out DIR`` writes
+the message-signing keys: an Ed25519 key pair per party (:mod:`fedxab.security.keypairs`), or
+with ``--scheme hmac`` one secret key per client (:mod:`fedxab.security.keys`).
 
 ``--metrics-port PORT`` (on ``run``, ``server`` and ``client``) serves Prometheus metrics of the
 job at ``http://127.0.0.1:PORT/metrics`` while it runs (:mod:`fedxab.monitoring`; ``0`` picks a
@@ -34,21 +35,13 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress, TaskID
 from rich.table import Table
 from rich.text import Text
 
 from fedxab.errors import FedxabError
 from fedxab.monitoring.plots import METRICS as PLOT_METRICS
-from fedxab.monitoring.progress import status_line
+from fedxab.monitoring.progress import ProgressMode, Status, make_progress
 from fedxab.security.signing import SCHEMES as SIGNATURE_SCHEMES
 
 __all__ = ["app", "main"]
@@ -97,11 +90,31 @@ ServeAfterOption = Annotated[
     typer.Option(
         "--serve-after",
         min=0,
-        help="With --metrics-port: keep serving the metrics SECONDS after the job ends "
-        "(inf: until Ctrl-C).",
+        help="With --metrics-port or --dashboard: keep serving them SECONDS after the job "
+        "ends (inf: until Ctrl-C).",
         show_default=False,
     ),
 ]
+DashboardOption = Annotated[
+    bool,
+    typer.Option(
+        "--dashboard",
+        help="Serve the live dashboard (regret, phases, epsilon per client, report outcomes) "
+        "at http://127.0.0.1:PORT/ while the job runs (--dashboard-port; afterwards: "
+        "`fedxab dashboard DIR`).",
+    ),
+]
+DashboardPortOption = Annotated[
+    int,
+    typer.Option(
+        "--dashboard-port",
+        min=0,
+        max=65535,
+        help="Port of the dashboard (--dashboard, `fedxab dashboard`; 0: a free one, printed).",
+    ),
+]
+DASHBOARD_PORT = 8050
+"""The dashboard's default port."""
 NamespaceOption = Annotated[
     str | None,
     typer.Option(
@@ -118,6 +131,18 @@ KeysDirOption = Annotated[
         "public/, or HMAC client-N.key files). Overrides security.keys_dir; Kafka runs sign by "
         "default.",
         show_default=False,
+    ),
+]
+
+ProgressOption = Annotated[
+    ProgressMode,
+    typer.Option(
+        "--progress",
+        envvar="FEDXAB_PROGRESS",
+        case_sensitive=False,
+        help="Progress display: bar (redrawn in place, fits the terminal's width), lines (a "
+        "plain line per 10% of a run and at least every minute: CI logs, pipes), none; auto: "
+        "bar on a terminal, else lines. --quiet: none.",
     ),
 ]
 
@@ -144,39 +169,69 @@ def _errors_as_exit_code() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _metrics(
-    console: Console, role: str, port: int | None, host: str, serve_after: float | None
+def _observers(
+    console: Console,
+    role: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    serve_after: float | None,
+    dashboard: tuple[dict, int] | None = None,
 ) -> Iterator:
-    """The job's :class:`~fedxab.monitoring.metrics.FederationMetrics` served on ``host:port``
-    (None without ``--metrics-port``); after the body ends normally, ``serve_after`` seconds
-    more of serving (Ctrl-C or SIGTERM ends them early, not as an error)."""
-    if port is None:
+    """The job's observer: :class:`~fedxab.monitoring.metrics.FederationMetrics` served on
+    ``metrics_host:metrics_port`` (with ``--metrics-port``) and a
+    :class:`~fedxab.dashboard.state.DashboardState` served on the loopback interface (with
+    ``dashboard``: the job's config as a dict and the port); None without either. After the
+    body ends normally, ``serve_after`` seconds more of serving (Ctrl-C or SIGTERM ends them
+    early, not as an error)."""
+    if metrics_port is None and dashboard is None:
         if serve_after is not None:
-            raise FedxabError("--serve-after needs --metrics-port (the metrics to keep serving)")
+            raise FedxabError(
+                "--serve-after needs --metrics-port or --dashboard (something to keep serving)"
+            )
         yield None
         return
-    from fedxab.monitoring.endpoint import MetricsEndpoint
-    from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.run.observe import Observers
 
-    metrics = FederationMetrics(role=role)
-    endpoint = MetricsEndpoint(metrics.registry, host=host, port=port)
-    console.print(f"metrics: {endpoint.url}", soft_wrap=True, markup=False)
-    try:
-        yield metrics
+    with contextlib.ExitStack() as stack:
+        observers, served = [], []
+        if metrics_port is not None:
+            from fedxab.monitoring.endpoint import MetricsEndpoint
+            from fedxab.monitoring.metrics import FederationMetrics
+
+            metrics = FederationMetrics(role=role)
+            endpoint = stack.enter_context(
+                MetricsEndpoint(metrics.registry, host=metrics_host, port=metrics_port)
+            )
+            console.print(f"metrics: {endpoint.url}", soft_wrap=True, markup=False)
+            observers.append(metrics)
+            served.append(f"metrics on {endpoint.url}")
+        if dashboard is not None:
+            from fedxab.dashboard.server import DashboardServer
+            from fedxab.dashboard.state import DashboardState
+
+            config, port = dashboard
+            state = DashboardState(config)
+            page = stack.enter_context(DashboardServer(state, port=port))
+            console.print(f"dashboard: {page.url}", soft_wrap=True, markup=False)
+            observers.append(state)
+            served.append(f"the dashboard on {page.url}")
+        yield observers[0] if len(observers) == 1 else Observers(observers)
         if serve_after:
-            import threading
-
             until = "until Ctrl-C" if math.isinf(serve_after) else f"for {serve_after:g} s"
             console.print(
-                f"serving metrics on {endpoint.url} {until} (Ctrl-C stops)",
+                f"serving {' and '.join(served)} {until} (Ctrl-C stops)",
                 soft_wrap=True,
                 markup=False,
             )
-            timeout = None if math.isinf(serve_after) else serve_after
-            with contextlib.suppress(KeyboardInterrupt):
-                _interruptible(lambda: threading.Event().wait(timeout))
-    finally:
-        endpoint.close()
+            _wait(None if math.isinf(serve_after) else serve_after)
+
+
+def _wait(seconds: float | None) -> None:
+    """Block ``seconds`` (None: until Ctrl-C or SIGTERM, which end the wait quietly)."""
+    import threading
+
+    with contextlib.suppress(KeyboardInterrupt):
+        _interruptible(lambda: threading.Event().wait(seconds))
 
 
 def _version_callback(value: bool) -> None:
@@ -410,6 +465,7 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")
     ] = False,
+    progress_mode: ProgressOption = ProgressMode.auto,
     broker: Annotated[
         str | None,
         typer.Option(
@@ -434,6 +490,8 @@ def run(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
+    dashboard: DashboardOption = False,
+    dashboard_port: DashboardPortOption = DASHBOARD_PORT,
 ) -> None:
     """Run a job and write DIR/results.json (federated jobs: every agent in this process).
     Each seed's run is kept in DIR/runs as it finishes; --resume takes them up again."""
@@ -464,10 +522,15 @@ def run(
                 soft_wrap=True,
             )
         _print_finished_seeds(console, finished, quiet)
-        progress = _progress(console, quiet, "evals" if fed is None else "rounds")
-        on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
+        progress = _progress(console, quiet, progress_mode)
+        on_run_start, on_progress = _run_callbacks(
+            progress, cfg.run.budget, "evals" if fed is None else "rounds"
+        )
 
-        with _metrics(console, "federation", metrics_port, metrics_host, serve_after) as metrics:
+        page = (cfg.to_dict(), dashboard_port) if dashboard else None
+        with _observers(
+            console, "federation", metrics_port, metrics_host, serve_after, page
+        ) as metrics:
             with progress:
                 if fed is None:
                     results = run_config(
@@ -695,11 +758,14 @@ def server(
         typer.Option("--output", "-o", help="Override run.output.", show_default=False),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    progress_mode: ProgressOption = ProgressMode.auto,
     keys_dir: KeysDirOption = None,
     namespace: NamespaceOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
+    dashboard: DashboardOption = False,
+    dashboard_port: DashboardPortOption = DASHBOARD_PORT,
 ) -> None:
     """Run the server of a federated job on a broker (clients run `fedxab client`)."""
     from fedxab.agents.distributed import serve
@@ -717,10 +783,13 @@ def server(
             f"{_run_ids(cfg)}",
             soft_wrap=True,
         )
-        progress = _progress(console, quiet, "rounds")
-        on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget)
+        progress = _progress(console, quiet, progress_mode)
+        on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget, "rounds")
 
-        with _metrics(console, "server", metrics_port, metrics_host, serve_after) as metrics:
+        page = (cfg.to_dict(), dashboard_port) if dashboard else None
+        with _observers(
+            console, "server", metrics_port, metrics_host, serve_after, page
+        ) as metrics:
 
             async def service():
                 async with transport:
@@ -796,7 +865,7 @@ def client(
 
             console.print(_ledger_line(ledger_location(cfg.privacy)), soft_wrap=True, markup=False)
 
-        with _metrics(console, "client", metrics_port, metrics_host, serve_after) as metrics:
+        with _observers(console, "client", metrics_port, metrics_host, serve_after) as metrics:
 
             async def service():
                 async with transport:
@@ -832,31 +901,24 @@ def dev_broker(
         _interruptible(threading.Event().wait)
 
 
-def _progress(console: Console, quiet: bool, unit: str) -> Progress:
-    """A progress display: one bar per run, counting ``unit`` (evals or rounds per client)."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(unit),
-        TextColumn("cumulative regret {task.fields[regret]}"),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-    )
+def _progress(console: Console, quiet: bool, mode: ProgressMode) -> Progress:
+    """The progress display of ``--progress`` (none with ``--quiet``)."""
+    return make_progress(console, ProgressMode.none if quiet else mode)
 
 
-def _run_callbacks(progress: Progress, budget: int):
-    """``(on_run_start, on_progress)`` for the runners: a new bar per run, then its updates
-    (with the federated runners' details: the phase, the evaluations over all clients and, for
-    private runs, the max epsilon over clients so far)."""
+def _run_callbacks(progress: Progress, budget: int, unit: str):
+    """``(on_run_start, on_progress)`` for the runners: a new task per run, counting ``unit``
+    (evals or rounds per client), then its updates with the cumulative regret and the federated
+    runners' details (the phase, the evaluations over all clients and, for private runs, the
+    max epsilon over clients so far)."""
     task: list[TaskID] = []
+
+    def count(done: int) -> str:
+        return f"{done:,}/{budget:,} {unit}"
 
     def on_run_start(index: int, total: int, run_seed: int) -> None:
         description = f"run {index + 1}/{total} (seed {run_seed})"
-        task.append(progress.add_task(description, total=budget, regret="-", status=""))
+        task.append(progress.add_task(description, total=budget, count=count(0), status=Status()))
 
     def on_progress(
         done: int,
@@ -867,9 +929,8 @@ def _run_callbacks(progress: Progress, budget: int):
         evaluations: int | None = None,
         epsilon: float | None = None,
     ) -> None:
-        status = status_line(phase=phase, evaluations=evaluations, epsilon=epsilon)
-        fields = {"status": status} if status else {}
-        progress.update(task[-1], completed=done, regret=_fmt(cum, 3), **fields)
+        status = Status(cum, phase, evaluations, epsilon)
+        progress.update(task[-1], completed=done, count=count(done), status=status)
 
     on_progress.details = True  # type: ignore[attr-defined]
     return on_run_start, on_progress
@@ -1092,6 +1153,36 @@ def plot(
     _console().print(f"plot: {path}", soft_wrap=True, markup=False)
 
 
+@app.command()
+def dashboard(
+    results: Annotated[
+        Path,
+        typer.Argument(
+            help="A job's output directory (its run.output) or its results.json.",
+            show_default=False,
+        ),
+    ],
+    port: DashboardPortOption = DASHBOARD_PORT,
+) -> None:
+    """Serve the dashboard of a finished job at http://127.0.0.1:PORT/ until Ctrl-C: regret and
+    best-observed curves (mean and spread over clients, one client on demand), phases and
+    messages, epsilon per client against the budget, report outcomes and the configuration.
+    The results are read again whenever the file changes. Live during a run: `fedxab run
+    --dashboard` or `fedxab server --dashboard`."""
+    from fedxab.dashboard.server import DashboardServer, ResultsSource
+
+    console = _console()
+    with _errors_as_exit_code():
+        source = ResultsSource(results)
+        with DashboardServer(source, port=port) as page:
+            console.print(
+                f"dashboard of {source.path}: {page.url} (Ctrl-C stops)",
+                soft_wrap=True,
+                markup=False,
+            )
+            _wait(None)
+
+
 def _duration(seconds: float) -> str:
     """A wall time for `fedxab reproduce`'s estimate and summary."""
     if seconds < 60:
@@ -1188,13 +1279,12 @@ def _reproduce_command(
     figure: Path | None = None,
     plot_only: bool = False,
     quiet: bool = False,
+    progress_mode: ProgressMode = ProgressMode.auto,
     jobs: int = 1,
     workers: int | None = None,
 ) -> Path | None:
     """The body of `fedxab reproduce` (printing to ``console``); returns the figure's path."""
     import time
-
-    from rich.progress import TaskProgressColumn
 
     from fedxab.reproduce import (
         EXPERIMENTS,
@@ -1292,22 +1382,11 @@ def _reproduce_command(
             markup=False,
         )
 
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[runs]}"),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-    )
+    progress = _progress(console, quiet, progress_mode)
     weights = [max(per_run[pe.entry.key], 1e-6) for pe in plan.entries]
     total = plan.seeds * sum(weights)
     index = {pe.entry.key: i for i, pe in enumerate(plan.entries)}
-    task = progress.add_task(exp.name, total=total, runs=f"0/{plan.runs} runs", status="")
+    task = progress.add_task(exp.name, total=total, count=f"0/{plan.runs} runs", status=Status())
 
     def on_progress(pe, k: int, done: int, horizon: int, **details) -> None:
         i = index[pe.entry.key]
@@ -1318,8 +1397,8 @@ def _reproduce_command(
             task,
             completed=completed,
             description=f"{pe.entry.label}, seed {k + 1}/{plan.seeds}",
-            runs=f"{finished}/{plan.runs} runs",
-            status=status_line(**details),
+            count=f"{finished}/{plan.runs} runs",
+            status=Status(**details),
         )
 
     on_progress.details = True  # type: ignore[attr-defined]
@@ -1380,6 +1459,7 @@ def reproduce(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No estimate, progress bar or table.")
     ] = False,
+    progress_mode: ProgressOption = ProgressMode.auto,
     jobs: Annotated[
         int,
         typer.Option(
@@ -1415,6 +1495,7 @@ def reproduce(
             figure=figure,
             plot_only=plot_only,
             quiet=quiet,
+            progress_mode=progress_mode,
             jobs=jobs,
             workers=workers,
         )

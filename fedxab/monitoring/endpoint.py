@@ -1,16 +1,17 @@
-"""``/metrics`` over HTTP: a small threaded server for one metrics registry.
+"""Serving over HTTP from a background thread: ``/metrics``, and the base of the dashboard's server.
 
-:class:`MetricsEndpoint` binds at construction (so a port already in use is reported at once, as
-a :class:`MetricsPortError` naming the port and the fix), then serves from a daemon thread until
-:meth:`~MetricsEndpoint.close`. It binds the loopback interface by default: metrics say how a
-federation is doing and who is in it, so exposing them on other interfaces is an explicit choice
-(``--metrics-host 0.0.0.0``, as in compose.yaml, where only the compose network reaches them).
-Port ``0`` asks the system for a free port; :attr:`~MetricsEndpoint.port` is the one bound, and it
-is logged.
+:class:`HttpEndpoint` serves a WSGI app on ``host:port``. It binds at construction (so a port
+already in use is reported at once, as an error naming the option that chose the port and the
+fix), then serves from a daemon thread until :meth:`~HttpEndpoint.close`. It binds the loopback
+interface by default: metrics and the dashboard say how a federation is doing and who is in it,
+so exposing them on other interfaces is an explicit choice (``--metrics-host 0.0.0.0``, as in
+compose.yaml, where only the compose network reaches them). Port ``0`` asks the system for a free
+port; :attr:`~HttpEndpoint.port` is the one bound, and it is logged.
 
-Paths: ``/metrics`` (the Prometheus text format, gzip if asked for, from
-:func:`prometheus_client.make_wsgi_app`), ``/`` (a one-line pointer to ``/metrics``); anything
-else is 404.
+:class:`MetricsEndpoint` serves one registry: ``/metrics`` (the Prometheus text format, gzip if
+asked for, from :func:`prometheus_client.make_wsgi_app`), ``/`` (a one-line pointer to
+``/metrics``); anything else is 404. Its errors are :class:`MetricsPortError` s naming
+``--metrics-port`` and ``--metrics-host``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import logging
 import socket
 import threading
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Self
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from fedxab.errors import FedxabError
 
-__all__ = ["DEFAULT_HOST", "MetricsEndpoint", "MetricsPortError"]
+__all__ = ["DEFAULT_HOST", "HttpEndpoint", "MetricsEndpoint", "MetricsPortError"]
 
 log = logging.getLogger(__name__)
 
@@ -63,67 +64,74 @@ def _routes(metrics_app: Any) -> Any:
     return app
 
 
-class MetricsEndpoint:
-    """Serves ``registry`` at ``http://host:port/metrics`` from a background thread."""
+class HttpEndpoint:
+    """Serves a WSGI ``app`` at ``http://host:port/`` from a background thread.
 
-    def __init__(
-        self, registry: CollectorRegistry, *, host: str = DEFAULT_HOST, port: int = 0
-    ) -> None:
+    Subclasses name themselves for errors and logs: ``what`` (logged), ``path`` (of
+    :attr:`url`), ``port_option`` and ``host_option`` (the command-line options an error names),
+    ``example_port`` (suggested when a port is not allowed) and ``error`` (the exception raised).
+    """
+
+    what = "HTTP"
+    path = "/"
+    port_option = "--port"
+    host_option = "--host"
+    example_port = 8080
+    error: type[FedxabError] = FedxabError
+
+    def __init__(self, app: Any, *, host: str = DEFAULT_HOST, port: int = 0) -> None:
         if not 0 <= int(port) <= 65535:
-            raise MetricsPortError(f"--metrics-port: {port} is not a port number (0 to 65535)")
+            raise self.error(f"{self.port_option}: {port} is not a port number (0 to 65535)")
         try:
             family, address = socket.getaddrinfo(
                 host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
             )[0][::4]
         except (socket.gaierror, UnicodeError) as exc:
-            raise MetricsPortError(f"--metrics-host: cannot resolve {host!r} ({exc})") from None
+            raise self.error(f"{self.host_option}: cannot resolve {host!r} ({exc})") from None
 
         class Server(_Server):
             address_family = family
 
         try:
-            self._httpd = make_server(
-                address[0], int(port), _routes(make_wsgi_app(registry)), Server, _QuietHandler
-            )
+            self._httpd = make_server(address[0], int(port), app, Server, _QuietHandler)
         except OSError as exc:
-            raise MetricsPortError(self._bind_message(host, int(port), exc)) from None
+            raise self.error(self._bind_message(host, int(port), exc)) from None
         self.host = host
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.2},
-            name=f"fedxab-metrics-{self.port}",
+            name=f"fedxab-{self.what}-{self.port}",
             daemon=True,
         )
         self._thread.start()
-        log.info("serving metrics on %s", self.url)
+        log.info("serving %s on %s", self.what, self.url)
 
-    @staticmethod
-    def _bind_message(host: str, port: int, exc: OSError) -> str:
+    def _bind_message(self, host: str, port: int, exc: OSError) -> str:
         where = f"{host}:{port}"
         if exc.errno == errno.EADDRINUSE:
             return (
-                f"--metrics-port: port {port} is already in use on {host} (another fedxab "
-                f"process or service listens there); choose another --metrics-port, or 0 for a "
-                "free one"
+                f"{self.port_option}: port {port} is already in use on {host} (another fedxab "
+                f"process or service listens there); choose another {self.port_option}, or 0 "
+                "for a free one"
             )
         if exc.errno == errno.EACCES:
             return (
-                f"--metrics-port: not allowed to listen on {where} (ports below 1024 need "
-                "privileges); choose another --metrics-port, e.g. 9100"
+                f"{self.port_option}: not allowed to listen on {where} (ports below 1024 need "
+                f"privileges); choose another {self.port_option}, e.g. {self.example_port}"
             )
         if exc.errno == errno.EADDRNOTAVAIL:
             return (
-                f"--metrics-host: {host!r} is not an address of this machine; use 127.0.0.1 "
-                "(default) or 0.0.0.0 (every interface)"
+                f"{self.host_option}: {host!r} is not an address of this machine; use "
+                "127.0.0.1 (default) or 0.0.0.0 (every interface)"
             )
-        return f"--metrics-port: cannot listen on {where}: {exc.strerror or exc}"
+        return f"{self.port_option}: cannot listen on {where}: {exc.strerror or exc}"
 
     @property
     def url(self) -> str:
-        """``http://host:port/metrics`` (IPv6 hosts in brackets)."""
+        """``http://host:port`` and :attr:`path` (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"http://{host}:{self.port}{self.path}"
 
     def close(self) -> None:
         """Stop serving and release the port (idempotent)."""
@@ -132,8 +140,24 @@ class MetricsEndpoint:
             self._thread.join()
         self._httpd.server_close()
 
-    def __enter__(self) -> MetricsEndpoint:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class MetricsEndpoint(HttpEndpoint):
+    """Serves ``registry`` at ``http://host:port/metrics`` from a background thread."""
+
+    what = "metrics"
+    path = "/metrics"
+    port_option = "--metrics-port"
+    host_option = "--metrics-host"
+    example_port = 9100
+    error = MetricsPortError
+
+    def __init__(
+        self, registry: CollectorRegistry, *, host: str = DEFAULT_HOST, port: int = 0
+    ) -> None:
+        super().__init__(_routes(make_wsgi_app(registry)), host=host, port=port)

@@ -50,7 +50,7 @@ transport,role,run_id}``                               one); one series at a tim
                                                        f(x_{m,s}))``
 ``fedxab_local_cumulative_regret``          gauge      local one, ``(1/M) sum sum (f_m* - f_m)``
 ``fedxab_global_simple_regret``             gauge      mean over clients of the best global
-                                                       regret so far (spec-dpftsde §7.1)
+                                                       regret so far (Dai et al. 2021's metric)
 ``fedxab_local_simple_regret``              gauge      the same on the clients' own objectives
 ``fedxab_simple_regret``                    gauge      ``f* - f(x_rec)`` of the final
                                                        recommendation (NaN until the end)
@@ -98,7 +98,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fedxab.run.observe import RunObserver
+from fedxab.run.observe import PrivacyView, RunObserver
 from fedxab.run.outcome import mean_best
 from fedxab.security.signing import SIGNATURE_REASONS
 
@@ -139,7 +139,7 @@ PHASE_DURATION_BUCKETS = (
 """Phase durations span milliseconds (in-process) to minutes (slow black boxes on Kafka)."""
 
 EPSILON_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, math.inf)
-"""Upper bounds (``le``) of :data:`fedxab_client_epsilon`'s buckets."""
+"""Upper bounds (``le``) of ``fedxab_client_epsilon``'s buckets."""
 
 NAN = math.nan
 
@@ -158,30 +158,12 @@ def _value(x: float | None) -> float:
     return NAN if x is None else float(x)
 
 
-class _Privacy:
-    """An immutable snapshot of the privacy state (replaced whole, read by the scrape thread)."""
-
-    __slots__ = ("budget", "delta", "epsilon", "withdrawn")
-
-    def __init__(
-        self,
-        epsilon: Mapping[int, float],
-        budget: float | None,
-        delta: float | None,
-        withdrawn: frozenset[int],
-    ) -> None:
-        self.epsilon = dict(epsilon)
-        self.budget = budget
-        self.delta = delta
-        self.withdrawn = withdrawn
-
-
 class _PrivacyCollector(Collector):
     """The privacy families, computed at scrape time from the latest snapshot (none: no
     families, so a non-private run exports no epsilon at all)."""
 
     def __init__(self) -> None:
-        self.snapshot: _Privacy | None = None
+        self.snapshot: PrivacyView | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -527,14 +509,9 @@ class FederationMetrics(RunObserver):
         withdrew (their budget exhausted). Clients not in ``epsilon`` keep their last values
         (several client agents of one process may each update their own clients), unless
         ``replace``."""
-        old = self._privacy.snapshot
-        gone = frozenset(int(m) for m in withdrawn)
-        if replace or old is None:
-            merged = dict(epsilon)
-        else:
-            merged = {**old.epsilon, **epsilon}
-            gone |= old.withdrawn
-        self._privacy.snapshot = _Privacy(merged, budget_epsilon, delta, gone)
+        self._privacy.snapshot = PrivacyView.merged(
+            self._privacy.snapshot, epsilon, budget_epsilon, delta, withdrawn, replace
+        )
         self._last_privacy = time.monotonic()
 
     @property

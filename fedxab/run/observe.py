@@ -34,6 +34,7 @@ __all__ = [
     "EpsilonWatch",
     "Observers",
     "PrivacyOnly",
+    "PrivacyView",
     "ProgressCallback",
     "ProgressObserver",
     "RunObserver",
@@ -49,6 +50,44 @@ PROGRESS_UPDATES = 200
 ProgressCallback = Callable[..., None]
 """``progress(done, total, cumulative_regret)``; a callback with a true ``details`` attribute
 is also given ``phase``, ``evaluations`` and ``epsilon`` as keywords."""
+
+
+class PrivacyView:
+    """What an observer knows of a run's privacy: every client's epsilon so far, the budget,
+    delta and the clients whose releases stopped. Immutable: an update makes a new one
+    (:meth:`merged`), so a reader in another thread (a scrape, a page) never sees half of one."""
+
+    __slots__ = ("budget", "delta", "epsilon", "withdrawn")
+
+    def __init__(
+        self,
+        epsilon: Mapping[int, float],
+        budget: float | None,
+        delta: float | None,
+        withdrawn: frozenset[int],
+    ) -> None:
+        self.epsilon = dict(epsilon)
+        self.budget = budget
+        self.delta = delta
+        self.withdrawn = withdrawn
+
+    @classmethod
+    def merged(
+        cls,
+        old: PrivacyView | None,
+        epsilon: Mapping[int, float],
+        budget: float | None,
+        delta: float | None,
+        withdrawn: Iterable[int],
+        replace: bool,
+    ) -> PrivacyView:
+        """``old`` updated by one :meth:`RunObserver.on_privacy` call: clients not in
+        ``epsilon`` keep their values (several client agents of one process each update their
+        own clients) and withdrawn clients stay withdrawn, unless ``replace``."""
+        gone = frozenset(int(m) for m in withdrawn)
+        if replace or old is None:
+            return cls(epsilon, budget, delta, gone)
+        return cls({**old.epsilon, **epsilon}, budget, delta, gone | old.withdrawn)
 
 
 class RunObserver:

@@ -1,7 +1,8 @@
 """Benchmark scripts run end to end at a small size and write their measurements.
 
-``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``) and ``bench_signing.py`` (issues 8 and 17:
-signing's cost on the Kafka Fed-PNE job, unsigned, HMAC and Ed25519, M = 10, T = 1000). Nothing
+``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``), ``bench_signing.py`` (issues 8 and 17:
+signing's cost on the Kafka Fed-PNE job, unsigned, HMAC and Ed25519, M = 10, T = 1000) and
+``bench_dashboard.py`` (issue 19: the dashboard's cost and page load, at 60 clients). Nothing
 here asserts on speed or memory: timings depend on the machine, and the scripts only report them.
 The tests check that the measurements exist, are well formed and consistent, and (signing) that
 the signed runs really signed, each under its scheme.
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 
 import pytest
-from bench_scripts import run_bench
+from bench_scripts import BENCH, run_bench
 
 needs_pyxab = pytest.mark.skipif(
     importlib.util.find_spec("PyXAB") is None,
@@ -200,3 +202,27 @@ def test_reproductions_bench_times_every_entry_with_each_worker_count(tmp_path):
     assert data["per_seed_s"] == pytest.approx(sum(e["seconds"]["2"] for e in data["entries"]))
     (total,) = [line for line in stdout.splitlines() if line.startswith("all (1 seed) | ")]
     assert total.endswith(" | yes")
+
+
+def test_dashboard_benchmark_measures_cost_and_page_load(tmp_path) -> None:
+    """``bench_dashboard.py`` at 60 clients: both arms timed, the dashboard's own time counted,
+    the page loaded in Chromium where there is one (else reported as not measured)."""
+    sys.path.insert(0, str(BENCH))
+    from _browser import chromium_binary
+
+    data, text = run_bench(
+        "bench_dashboard.py",
+        *("--clients", "60", "--budget", "300", "--repeats", "1", "--loads", "2"),
+        out=tmp_path / "dashboard.json",
+    )
+    assert data["clients"] == 60 and len(data["plain_s"]) == len(data["dashboard"]) == 1
+    run = data["dashboard"][0]
+    assert run["hooks"] > 0 and run["snapshots"] >= 0 and run["wall"] > run["hooks"]
+    assert data["cost_share"] == pytest.approx((run["hooks"] + run["snapshots"]) / run["wall"])
+    assert data["ratio"] == pytest.approx(data["dashboard_median_s"] / data["plain_median_s"])
+    assert data["shown"]["clients"]["total"] == 60 and data["shown"]["max_epsilon"] > 0
+    if chromium_binary() is None:
+        assert data["page"] is None and "not measured" in text
+    else:
+        assert len(data["page"]["times"]) == 2 and data["page"]["ms"] > 0
+        assert data["page"]["bytes"] > 0

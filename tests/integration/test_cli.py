@@ -344,9 +344,39 @@ def test_run_progress_bar_shows_phase_evaluations_and_epsilon(tmp_path, monkeypa
     example = Path(__file__).resolve().parents[2] / "examples" / "dpfedpne_garland.toml"
     monkeypatch.chdir(tmp_path)  # the example's ledger path is relative
     monkeypatch.setenv("COLUMNS", "220")
-    result = _run("run", str(example), "--budget", "3000", "-o", str(tmp_path / "out"))
+    out = str(tmp_path / "out")
+    result = _run("run", str(example), "--budget", "3000", "-o", out, "--progress", "bar")
     assert result.exit_code == 0, result.output
     eps = load_results(tmp_path / "out" / "results.json").runs[0].privacy["max_epsilon"]
     bar = next(line for line in result.output.splitlines() if "rounds" in line)
-    assert "3000/3000" in bar and "phase " in bar and " evals" in bar
+    assert "3,000/3,000" in bar and "phase " in bar and " evals" in bar
     assert f"ε {eps:.3f}" in bar
+
+
+def test_run_progress_off_a_terminal_is_a_plain_line_per_tenth_of_each_run(tmp_path):
+    result = _run("run", str(_tiny_config(tmp_path)))  # CliRunner's output is no terminal
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\r" not in result.output
+    runs = load_results(tmp_path / "tiny" / "results.json").runs
+    for i, run in enumerate(runs):
+        lines = [
+            line
+            for line in result.output.splitlines()
+            if line.startswith(f"run {i + 1}/{len(runs)} (seed {run.seed}): ")
+        ]
+        percents = [int(line.split("(")[2].split("%")[0]) for line in lines]
+        assert percents == list(range(0, 101, 10)), lines
+        assert f"{run.evaluations:,}/{run.evaluations:,} evals (100%)" in lines[-1]
+        assert f"regret {run.final_cumulative_regret:.3f}" in lines[-1]
+        assert " elapsed, " in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--progress", "none"], {}), (["--quiet"], {}), ([], {"FEDXAB_PROGRESS": "none"})],
+)
+def test_run_progress_can_be_turned_off(tmp_path, args, env):
+    result = runner.invoke(app, ["run", str(_tiny_config(tmp_path)), *args], env=env)
+    assert result.exit_code == 0, result.output
+    assert "results.json" in result.output
+    assert not any(line.startswith("run 1/2") for line in result.output.splitlines())

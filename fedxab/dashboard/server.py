@@ -1,0 +1,158 @@
+"""The dashboard over HTTP: the page, its assets and two JSON routes, on the loopback interface.
+
+:class:`DashboardServer` serves, from a background thread:
+
+- ``/``: the page (``static/index.html``), and ``/static/NAME`` its script and style sheet, all
+  from the installed package, so the page works offline (nothing is fetched from the internet);
+- ``/api/state[?run=K]``: :meth:`~fedxab.dashboard.state.DashboardState.snapshot` as JSON;
+- ``/api/client?id=M[&run=K]``: one client's epsilon and best-so-far curve.
+
+What it serves comes from a *source*: a live :class:`~fedxab.dashboard.state.DashboardState`
+(``fedxab run --dashboard``, ``fedxab server --dashboard``) or a :class:`ResultsSource`, which
+reads a results file and reads it again when it changes (``fedxab dashboard DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from fedxab.dashboard.state import DashboardState, state_from_results
+from fedxab.errors import FedxabError
+from fedxab.monitoring.endpoint import DEFAULT_HOST, HttpEndpoint
+
+__all__ = ["DashboardPortError", "DashboardServer", "ResultsSource", "Source"]
+
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+class DashboardPortError(FedxabError, OSError):
+    """The dashboard cannot listen where asked (port in use, not allowed, bad host)."""
+
+
+class Source(Protocol):
+    """What a dashboard shows: a state's snapshot and one client's detail."""
+
+    def snapshot(self, run: int | None = None) -> dict[str, Any]: ...
+
+    def client(self, m: int, run: int | None = None) -> dict[str, Any]: ...
+
+
+class ResultsSource:
+    """A results file (``results.json``, or a directory holding one) as a dashboard source,
+    read again whenever its modification time changes (seeds of a job still running)."""
+
+    def __init__(self, path: str | Path) -> None:
+        from fedxab.results import load_results
+
+        path = Path(path)
+        self.path = path / "results.json" if path.is_dir() else path
+        self._load = load_results
+        self._stamp: int | None = None
+        self._state: DashboardState | None = None
+        self._lock = threading.Lock()
+        self.state()  # a missing or malformed file is an error now, not on the first page view
+
+    def state(self) -> DashboardState:
+        with self._lock:
+            try:
+                stamp = self.path.stat().st_mtime_ns
+            except FileNotFoundError:
+                raise FedxabError(
+                    f"dashboard: no results file at {self.path}; give the directory a "
+                    "`fedxab run` wrote (its run.output) or its results.json"
+                ) from None
+            if stamp != self._stamp or self._state is None:
+                self._state = state_from_results(self._load(self.path))
+                self._stamp = stamp
+            return self._state
+
+    def snapshot(self, run: int | None = None) -> dict[str, Any]:
+        return self.state().snapshot(run)
+
+    def client(self, m: int, run: int | None = None) -> dict[str, Any]:
+        return self.state().client(m, run)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None (JSON has no NaN or infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _assets() -> dict[str, tuple[bytes, str]]:
+    """Every file of the page (read once): name -> (bytes, content type)."""
+    folder = resources.files("fedxab.dashboard") / "static"
+    return {
+        item.name: (item.read_bytes(), _TYPES.get(Path(item.name).suffix, "text/plain"))
+        for item in folder.iterdir()
+        if item.is_file()
+    }
+
+
+def _app(source: Source) -> Any:
+    assets = _assets()
+
+    def reply(start_response: Any, status: str, body: bytes, kind: str) -> list[bytes]:
+        start_response(
+            status,
+            [
+                ("Content-Type", f"{kind}; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+            ],
+        )
+        return [body]
+
+    def as_json(start_response: Any, status: str, value: Any) -> list[bytes]:
+        body = json.dumps(_json_safe(value), allow_nan=False, separators=(",", ":")).encode()
+        return reply(start_response, status, body, "application/json")
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        path = environ.get("PATH_INFO", "")
+        query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+        if path in ("/", "/index.html"):
+            return reply(start_response, "200 OK", *assets["index.html"])
+        if path.startswith("/static/") and path[len("/static/") :] in assets:
+            return reply(start_response, "200 OK", *assets[path[len("/static/") :]])
+        if path in ("/api/state", "/api/client"):
+            try:
+                run = int(query["run"]) if "run" in query else None
+                if path == "/api/state":
+                    return as_json(start_response, "200 OK", source.snapshot(run))
+                return as_json(start_response, "200 OK", source.client(int(query["id"]), run))
+            except (KeyError, ValueError, IndexError) as exc:
+                text = str(exc.args[0]) if exc.args else "bad request"
+                return as_json(start_response, "404 Not Found", {"error": text})
+            except FedxabError as exc:
+                return as_json(start_response, "503 Service Unavailable", {"error": str(exc)})
+        text = b"not found: the fedxab dashboard serves /, /api/state and /api/client\n"
+        return reply(start_response, "404 Not Found", text, "text/plain")
+
+    return app
+
+
+class DashboardServer(HttpEndpoint):
+    """The dashboard of ``source`` at ``http://host:port/`` (loopback by default; port 0: a
+    free one, see :attr:`~fedxab.monitoring.endpoint.HttpEndpoint.port`)."""
+
+    what = "dashboard"
+    path = "/"
+    port_option = "--dashboard-port"
+    host_option = "--dashboard-host"
+    example_port = 8080
+    error = DashboardPortError
+
+    def __init__(self, source: Source, *, host: str = DEFAULT_HOST, port: int = 0) -> None:
+        self.source = source
+        super().__init__(_app(source), host=host, port=port)

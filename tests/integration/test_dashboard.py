@@ -1,0 +1,265 @@
+"""The dashboard end to end: its HTTP routes, `fedxab run --dashboard` and `fedxab dashboard`,
+and the page in headless Chromium showing a run's own numbers, live and afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedxab.config import config_from_dict
+from fedxab.dashboard.server import DashboardPortError, DashboardServer, ResultsSource
+from fedxab.dashboard.state import DashboardState
+from fedxab.errors import FedxabError
+from fedxab.run.observe import Observers, RunObserver
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _browser import Chromium, chromium_binary  # noqa: E402
+
+needs_chromium = pytest.mark.skipif(
+    chromium_binary() is None, reason="no chromium on PATH (Debian package chromium)"
+)
+CLIENTS = 8
+SERVE = ("--serve-after", "inf")
+JOB = {
+    "run": {"seed": 0, "repeats": 1, "budget": 2000},
+    "objective": {"name": "garland"},
+    "algorithm": {
+        "name": "dpfedpne",
+        "epsilon": 0.5,
+        "privacy_delta": 1e-3,
+        "calibration": "classic",
+        "composition": "sequential",  # each release charged: the budget stops clients
+    },
+    "federation": {"clients": CLIENTS, "heterogeneity": "shift"},
+    "broker": {"url": "inprocess://"},
+    "privacy": {"accountant": "rdp", "budget_epsilon": 0.7},
+}
+
+
+def _get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read()
+
+
+def _finished_state() -> tuple[DashboardState, object]:
+    from fedxab.api import run_job
+
+    config = config_from_dict(JOB)
+    state = DashboardState(config.to_dict())
+    return state, run_job(config, metrics=state)
+
+
+def test_routes_serve_the_page_its_assets_and_json_on_loopback():
+    state, results = _finished_state()
+    with DashboardServer(state) as page:
+        assert page.host == "127.0.0.1" and page.url == f"http://127.0.0.1:{page.port}/"
+        status, kind, body = _get(page.url)
+        assert status == 200 and kind.startswith("text/html") and b"dashboard.js" in body
+        assert b"http" not in body.replace(b"http://www.w3.org", b"")  # nothing from outside
+        status, kind, body = _get(page.url + "static/dashboard.js")
+        assert status == 200 and kind.startswith("text/javascript")
+        status, kind, body = _get(page.url + "api/state")
+        assert status == 200 and kind.startswith("application/json")
+        snap = json.loads(body)
+        assert snap["run"]["final"]["cumulative_regret"] == results.runs[0].final_cumulative_regret
+        status, _, body = _get(page.url + "api/client?id=3")
+        assert json.loads(body)["epsilon"] == results.runs[0].privacy["epsilon"][3]
+        status, _, body = _get(page.url + f"api/client?id={CLIENTS}")
+        assert status == 404 and f"clients 0 to {CLIENTS - 1}" in json.loads(body)["error"]
+        status, _, body = _get(page.url + "api/state?run=x")
+        assert status == 404
+        assert _get(page.url + "static/../../etc/passwd")[0] == 404
+        assert _get(page.url + "nothing")[0] == 404
+
+
+def test_a_port_in_use_names_the_option_and_the_fix():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(DashboardPortError, match="--dashboard-port: port .* already in use"):
+            DashboardServer(DashboardState(), port=busy.getsockname()[1])
+
+
+def test_results_source_reads_the_file_again_when_it_changes(tmp_path):
+    from fedxab.results import write_results
+
+    with pytest.raises(FedxabError, match="no results file"):
+        ResultsSource(tmp_path)
+    _, results = _finished_state()
+    path = write_results(results, tmp_path)
+    source = ResultsSource(tmp_path)
+    assert len(source.snapshot()["runs"]) == 1
+    two = type(results)(**{**results.__dict__, "runs": results.runs * 2})
+    write_results(two, tmp_path)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert len(source.snapshot()["runs"]) == 2
+
+
+class _PauseAt(RunObserver):
+    """Holds the run at its ``updates``-th progress update until released."""
+
+    wants_progress = True
+
+    def __init__(self, updates: int) -> None:
+        self.updates = updates
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def on_progress(self, done: int, total: int, cum: float, **details) -> None:
+        self.updates -= 1
+        if self.updates == 0:
+            self.reached.set()
+            assert self.release.wait(60)
+
+
+def _value(browser: Chromium, element_id: str) -> str:
+    return browser.evaluate(f"document.getElementById({element_id!r}).dataset.value")
+
+
+def _chart(browser: Chromium, chart: str, series: str) -> dict:
+    return browser.evaluate(
+        f"(() => {{ const p = document.querySelector('#{chart} polyline[data-series={series}]');"
+        " return p ? {points: Number(p.dataset.points), last: p.dataset.last} : null; })()"
+    )
+
+
+@needs_chromium
+def test_the_page_shows_a_run_live_and_then_its_record(tmp_path):
+    from fedxab.api import run_job
+
+    config = config_from_dict(JOB)
+    state, pause = DashboardState(config.to_dict()), _PauseAt(updates=2)
+    out: dict = {}
+    runner = threading.Thread(
+        target=lambda: out.setdefault("results", run_job(config, metrics=Observers([state, pause])))
+    )
+    with DashboardServer(state) as page, Chromium() as browser:
+        runner.start()
+        try:
+            assert pause.reached.wait(60)
+            browser.open(page.url, "document.body.dataset.renderedMs")
+            live = state.snapshot()["run"]
+            assert browser.evaluate("document.body.dataset.status") == "running"
+            assert 0 < live["phases"]["count"] < 10
+            assert _value(browser, "kpi-phases") == str(live["phases"]["count"])
+            assert _value(browser, "kpi-clients") == str(CLIENTS)
+            curve = live["curves"]["cumulative"]
+            shown = _chart(browser, "regret-chart", "cumulative")
+            assert shown["points"] == len(curve) and float(shown["last"]) == curve[-1][1]
+            assert float(_value(browser, "kpi-regret")) == curve[-1][1]
+            browser.screenshot(tmp_path / "live.png")
+        finally:
+            pause.release.set()
+            runner.join(120)
+        record = out["results"].runs[0]
+        browser.open(page.url, "document.body.dataset.status === 'finished'")
+        browser.screenshot(tmp_path / "finished.png")
+
+        # the curves: the record's cumulative regret, to the last digit
+        shown = _chart(browser, "regret-chart", "cumulative")
+        assert float(shown["last"]) == record.final_cumulative_regret
+        assert float(_value(browser, "kpi-regret")) == record.final_cumulative_regret
+        band = _chart(browser, "band-chart", "mean")
+        reached = np.isfinite([o.best_so_far for o in record.clients]).any(axis=0)
+        assert band["points"] == int(reached.sum()) > 0
+        # the epsilon panel: the record's per-client epsilon
+        epsilon = record.privacy["epsilon"]
+        assert float(_value(browser, "kpi-epsilon")) == max(epsilon)
+        assert browser.evaluate("document.getElementById('eps-hist').dataset.total") == str(CLIENTS)
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#eps-nearest tbody tr')]"
+            ".map(r => [Number(r.dataset.client), Number(r.dataset.epsilon)])"
+        )
+        assert rows[0][1] == max(epsilon) and all(epsilon[m] == e for m, e in rows)
+        # the client counts
+        withdrawn = len(record.privacy["withdrawn"])
+        assert withdrawn > 0  # the budget stops clients: the count is not trivially 0
+        assert _value(browser, "kpi-clients") == str(CLIENTS)
+        assert _value(browser, "kpi-withdrawn") == str(withdrawn)
+    assert (tmp_path / "finished.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_chromium
+def test_run_dashboard_and_dashboard_command_serve_the_results(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "[run]\nseed = 0\nrepeats = 2\nbudget = 1000\n"
+        f'output = "{tmp_path / "out"}"\n[objective]\nname = "garland"\n'
+        '[algorithm]\nname = "fedpne"\n[federation]\nclients = 5\n'
+    )
+    fedxab = str(Path(sys.executable).with_name("fedxab"))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [fedxab, "run", str(job), "-q", "--dashboard", "--dashboard-port", str(port), *SERVE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving "):
+                break
+        text = "".join(lines)
+        assert f"dashboard: http://127.0.0.1:{port}/" in text, text
+        results = json.loads((tmp_path / "out" / "results.json").read_text())
+        with Chromium() as browser:
+            url = f"http://127.0.0.1:{port}/"
+            browser.open(url, "document.body.dataset.status === 'finished'")
+            last = results["runs"][-1]["cumulative_regret"][-1]
+            assert float(_value(browser, "kpi-regret")) == last
+            assert browser.evaluate("document.getElementById('run-select').options.length") == 2
+            assert _value(browser, "kpi-clients") == "5"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [fedxab, "dashboard", str(tmp_path / "out"), "--dashboard-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert re.search(rf"http://127\.0\.0\.1:{port}/", line), line
+        with Chromium() as browser:
+            browser.open(f"http://127.0.0.1:{port}/", "document.body.dataset.renderedMs")
+            first = results["runs"][0]["cumulative_regret"][-1]
+            browser.evaluate("document.getElementById('run-select').value = '0'")
+            browser.evaluate(
+                "document.getElementById('run-select').dispatchEvent(new Event('change'))"
+            )
+            deadline = time.monotonic() + 10
+            while float(_value(browser, "kpi-regret") or "nan") != first:
+                assert time.monotonic() < deadline, "the page did not show run 0"
+                time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
