@@ -1163,17 +1163,26 @@ def dashboard(
         ),
     ],
     port: DashboardPortOption = DASHBOARD_PORT,
+    ledger: Annotated[
+        Path | None,
+        typer.Option(
+            help="The privacy ledger whose data owners' lifetime spend the page shows "
+            "(default: the ledger file the results name, if it exists).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the dashboard of a finished job at http://127.0.0.1:PORT/ until Ctrl-C: regret and
     best-observed curves (mean and spread over clients, one client on demand), phases and
-    messages, epsilon per client against the budget, report outcomes and the configuration.
-    The results are read again whenever the file changes. Live during a run: `fedxab run
+    messages, epsilon per client against the budget, each data owner's lifetime spend (with a
+    ledger), report outcomes and the configuration. The results and the ledger are read again
+    whenever they change. Live during a run: `fedxab run
     --dashboard` or `fedxab server --dashboard`."""
     from fedxab.dashboard.server import DashboardServer, ResultsSource
 
     console = _console()
     with _errors_as_exit_code():
-        source = ResultsSource(results)
+        source = ResultsSource(results, ledger)
         with DashboardServer(source, port=port) as page:
             console.print(
                 f"dashboard of {source.path}: {page.url} (Ctrl-C stops)",

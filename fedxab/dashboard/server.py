@@ -9,7 +9,8 @@
 
 What it serves comes from a *source*: a live :class:`~fedxab.dashboard.state.DashboardState`
 (``fedxab run --dashboard``, ``fedxab server --dashboard``) or a :class:`ResultsSource`, which
-reads a results file and reads it again when it changes (``fedxab dashboard DIR``).
+reads a results file and the privacy ledger it names, and reads them again when they change
+(``fedxab dashboard DIR``).
 """
 
 from __future__ import annotations
@@ -45,20 +46,29 @@ class Source(Protocol):
 
 class ResultsSource:
     """A results file (``results.json``, or a directory holding one) as a dashboard source,
-    read again whenever its modification time changes (seeds of a job still running)."""
+    read again whenever its modification time (or the ledger's) changes. ``ledger``: the
+    privacy ledger whose data owners' lifetime spend the page shows; by default the one the
+    results name (their privacy block's ``ledger``), if that file exists."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, ledger: str | Path | None = None) -> None:
         from fedxab.results import load_results
 
         path = Path(path)
         self.path = path / "results.json" if path.is_dir() else path
         self._load = load_results
-        self._stamp: int | None = None
+        self.ledger = None if ledger is None else Path(ledger)
+        if self.ledger is not None and not self.ledger.is_file():
+            raise FedxabError(f"--ledger: {self.ledger}: no such ledger file")
+        self._results: Any = None
+        self._results_stamp: int | None = None
+        self._ledger_stamp: int | None = None
         self._state: DashboardState | None = None
         self._lock = threading.Lock()
         self.state()  # a missing or malformed file is an error now, not on the first page view
 
     def state(self) -> DashboardState:
+        """The dashboard of the file as it is now (built again only if it or the ledger
+        changed since the last look)."""
         with self._lock:
             try:
                 stamp = self.path.stat().st_mtime_ns
@@ -67,9 +77,13 @@ class ResultsSource:
                     f"dashboard: no results file at {self.path}; give the directory a "
                     "`fedxab run` wrote (its run.output) or its results.json"
                 ) from None
-            if stamp != self._stamp or self._state is None:
-                self._state = state_from_results(self._load(self.path))
-                self._stamp = stamp
+            if self._results is None or stamp != self._results_stamp:
+                self._results, self._results_stamp, self._state = self._load(self.path), stamp, None
+            ledger = self.ledger or _named_ledger(self._results)
+            ledger_stamp = None if ledger is None else ledger.stat().st_mtime_ns
+            if self._state is None or ledger_stamp != self._ledger_stamp:
+                self._state = state_from_results(self._results, ledger)
+                self._ledger_stamp = ledger_stamp
             return self._state
 
     def snapshot(self, run: int | None = None) -> dict[str, Any]:
@@ -77,6 +91,15 @@ class ResultsSource:
 
     def client(self, m: int, run: int | None = None) -> dict[str, Any]:
         return self.state().client(m, run)
+
+
+def _named_ledger(results: Any) -> Path | None:
+    """The ledger file the results' runs name, if one exists (an in-memory ledger: None)."""
+    for record in results.runs:
+        where = (record.privacy or {}).get("ledger")
+        if where is not None and Path(where).is_file():
+            return Path(where)
+    return None
 
 
 def _json_safe(value: Any) -> Any:

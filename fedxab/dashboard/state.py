@@ -27,6 +27,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = [
     "DashboardState",
     "RunView",
     "epsilon_panel",
+    "lifetime_panel",
     "outcome_band",
     "state_from_results",
 ]
@@ -129,6 +131,38 @@ def epsilon_panel(privacy: PrivacyView) -> dict[str, Any]:
                 "withdrawn": int(ids[i]) in privacy.withdrawn,
             }
             for i in nearest
+        ],
+    }
+
+
+def lifetime_panel(ledger: str | Path) -> dict[str, Any]:
+    """The lifetime panel of a privacy ledger: every data owner's epsilon over all its runs
+    against its lifetime budget (:func:`~fedxab.privacy.audit.owner_summaries`, what ``fedxab
+    audit --lifetime`` prints), summarised: owner counts and the :data:`NEAREST` owners with the
+    least budget left (or the most spent, where owners have no budget)."""
+    from fedxab.privacy.audit import owner_summaries
+    from fedxab.privacy.ledger import PrivacyLedger
+
+    with PrivacyLedger(ledger) as book:
+        rows = owner_summaries(book)
+
+    def least_left(row: dict[str, Any]) -> tuple[float, float]:
+        remaining = row["remaining"]
+        spent = row["epsilon"] or 0.0
+        return (math.inf if remaining is None else remaining, -spent)
+
+    nearest = sorted(rows, key=least_left)[:NEAREST]
+    return {
+        "ledger": str(ledger),
+        "owners": len(rows),
+        "with_budget": sum(row["budget_epsilon"] is not None for row in rows),
+        "over_budget": sum(bool(row["over_budget"]) for row in rows),
+        "nearest": [
+            {
+                key: row[key]
+                for key in ("owner", "runs", "releases", "epsilon", "budget_epsilon", "remaining")
+            }
+            for row in nearest
         ],
     }
 
@@ -301,6 +335,8 @@ class DashboardState(RunObserver):
         self._last_privacy = time.monotonic()
         self._asked: float | None = None
         self.version = 0
+        self.lifetime: dict[str, Any] | None = None
+        """The data owners' lifetime spend (:func:`lifetime_panel`), where a ledger is read."""
 
     @property
     def current(self) -> RunView | None:
@@ -433,6 +469,7 @@ class DashboardState(RunObserver):
                 ],
                 "selected": index if views else None,
                 "run": views[index].to_json() if views else None,
+                "lifetime": self.lifetime,
             }
 
     def client(self, m: int, run: int | None = None) -> dict[str, Any]:
@@ -462,9 +499,10 @@ class DashboardState(RunObserver):
             }
 
 
-def state_from_results(results: Any) -> DashboardState:
+def state_from_results(results: Any, ledger: str | Path | None = None) -> DashboardState:
     """A dashboard of a finished job: one view per run of ``results``
-    (:class:`~fedxab.results.RunResults`), each built from its record alone."""
+    (:class:`~fedxab.results.RunResults`), each built from its record alone, and, with a
+    privacy ``ledger`` file, its data owners' lifetime spend (:func:`lifetime_panel`)."""
     state = DashboardState(results.config)
     clients = (results.config.get("federation") or {}).get("clients", 1)
     for record in results.runs:
@@ -479,4 +517,6 @@ def state_from_results(results: Any) -> DashboardState:
             local_regret_known=record.local_cumulative_regret is not None,
         )
         state.end_run(record)
+    if ledger is not None:
+        state.lifetime = lifetime_panel(ledger)
     return state

@@ -263,3 +263,58 @@ def test_run_dashboard_and_dashboard_command_serve_the_results(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+
+
+def test_a_results_file_with_its_ledger_shows_each_owners_lifetime_spend(tmp_path):
+    """Two runs charging one ledger with lifetime budgets: the page's lifetime panel is what
+    `fedxab audit --lifetime` computes, and it follows the ledger when it grows."""
+    from fedxab.api import run_job
+    from fedxab.privacy.audit import owner_summaries
+    from fedxab.privacy.ledger import PrivacyLedger
+    from fedxab.results import write_results
+
+    ledger = tmp_path / "ledger.db"
+    job = {**JOB, "privacy": {**JOB["privacy"], "ledger": str(ledger), "lifetime_epsilon": 1.5}}
+    results = run_job(config_from_dict(job))
+    write_results(results, tmp_path)
+    source = ResultsSource(tmp_path)  # the ledger the results name
+    lifetime = source.snapshot()["lifetime"]
+    with PrivacyLedger(ledger) as book:
+        rows = owner_summaries(book)
+    assert lifetime["owners"] == len(rows) == CLIENTS
+    assert lifetime["with_budget"] == CLIENTS and lifetime["over_budget"] == 0
+    spent = {row["owner"]: row["epsilon"] for row in rows}
+    assert {r["owner"]: r["epsilon"] for r in lifetime["nearest"]} == {
+        r["owner"]: spent[r["owner"]] for r in lifetime["nearest"]
+    }
+    least = min(row["remaining"] for row in rows)
+    assert lifetime["nearest"][0]["remaining"] == least
+
+    second = config_from_dict({**job, "run": {**job["run"], "seed": 1}})
+    run_job(second)  # the same owners spend again: the panel follows the ledger
+    os.utime(ledger, ns=(time.time_ns(), time.time_ns() + 10**9))
+    again = source.snapshot()["lifetime"]
+    assert all(r["runs"] == 2 for r in again["nearest"])
+    assert again["nearest"][0]["epsilon"] > lifetime["nearest"][0]["epsilon"]
+    with pytest.raises(FedxabError, match="--ledger: .*no such ledger file"):
+        ResultsSource(tmp_path, tmp_path / "missing.db")
+
+
+@needs_chromium
+def test_the_page_lists_the_owners_nearest_their_lifetime_budget(tmp_path):
+    from fedxab.api import run_job
+    from fedxab.results import write_results
+
+    ledger = tmp_path / "ledger.db"
+    job = {**JOB, "privacy": {**JOB["privacy"], "ledger": str(ledger), "lifetime_epsilon": 1.5}}
+    write_results(run_job(config_from_dict(job)), tmp_path)
+    source = ResultsSource(tmp_path)
+    nearest = source.snapshot()["lifetime"]["nearest"]
+    with DashboardServer(source) as page, Chromium() as browser:
+        browser.open(page.url, "document.body.dataset.renderedMs")
+        assert browser.evaluate("document.getElementById('lifetime').hidden") is False
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#lifetime-owners tbody tr')]"
+            ".map(r => [r.dataset.owner, Number(r.dataset.epsilon)])"
+        )
+    assert rows == [[r["owner"], r["epsilon"]] for r in nearest]

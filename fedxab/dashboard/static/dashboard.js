@@ -206,6 +206,25 @@ function drawPrivacy(p) {
   }
 }
 
+// The data owners' spend over every run of the ledger (a results file read with its ledger).
+function drawLifetime(lifetime) {
+  const box = $("lifetime"), body = $("lifetime-owners").tBodies[0];
+  box.hidden = !lifetime || !lifetime.owners;
+  body.replaceChildren();
+  if (box.hidden) return;
+  $("lifetime-counts").textContent = `(${fmt(lifetime.owners)} owners, `
+    + `${fmt(lifetime.over_budget)} over budget)`;
+  for (const row of lifetime.nearest) {
+    const tr = body.insertRow();
+    for (const value of [row.owner, fmt(row.runs), fmt(row.epsilon), fmt(row.budget_epsilon),
+      fmt(row.remaining)]) {
+      tr.insertCell().textContent = value;
+    }
+    tr.dataset.owner = row.owner;
+    tr.dataset.epsilon = String(row.epsilon);
+  }
+}
+
 function drawPhases(run) {
   const svg = $("phase-chart"), ph = run.phases;
   if (ph.durations.length) {
@@ -278,6 +297,7 @@ function render(state) {
   drawRegret(run);
   drawBand(run);
   drawPrivacy(run.privacy);
+  drawLifetime(state.lifetime);
   drawPhases(run);
   table("reports", Object.entries(run.reports));
   table("rejected", Object.entries(run.rejected));
