@@ -354,11 +354,12 @@ class ClientAgent:
         ``telemetry_interval_s`` and at the end. The server drops entries it already has, so a
         resent entry changes nothing."""
         records = []
+        encoded: dict[tuple[int, ...], Any] = {}  # terms shared by clients, encoded once
         for m, entries in self._unsent.items():
             for batch in telemetry_batches(entries, TELEMETRY_PULLS):
                 a, b = batch[0], batch[-1]
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
-                body = packb(telemetry_to_wire(batch))
+                body = packb(telemetry_to_wire(batch, encoded))
                 records.append((str(m), self._envelope("telemetry", m, b.phase, msg_id, body)))
         await self.broker.publish_many(self.topics["control"], records)
         self._unsent = {}

@@ -39,6 +39,7 @@ import asyncio
 import logging
 import secrets
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -165,6 +166,11 @@ class ServerAgent:
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.live_local_regret = 0.0  # the same of the local terms (metrics only)
         self.fresh_telemetry = 0  # telemetry messages that added pulls (progress at the end)
+        self._decoded_terms: weakref.WeakValueDictionary[bytes, np.ndarray] = (
+            weakref.WeakValueDictionary()
+        )
+        """Regret terms decoded from telemetry, shared by the clients that sent the same
+        (:func:`~fedxab.run.evaluation.telemetry_from_wire`)."""
         self.bad_signatures: Counter[int] = Counter()
         """Messages that claimed to come from a client but failed its key, by client."""
         self._last_report: Record | None = None
@@ -226,13 +232,14 @@ class ServerAgent:
                 self._bad_signature(exc.client)
             return None
         env = opened.envelope
+        m = env.client_id
         if env.run_id != self.run_id:
             why, text = "wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}"
         elif env.kind not in kinds:
             why, text = "wrong_kind", f"kind {env.kind!r} on the {where} topic"
-        elif env.client_id is None or not 0 <= env.client_id < self.n_clients:
+        elif m is None or not 0 <= m < self.n_clients:
             why, text = "unknown_sender", f"unknown sender {env.sender!r}"
-        elif record.key is not None and record.key != str(env.client_id):
+        elif record.key is not None and record.key != str(m):
             why, text = "wrong_key", f"key {record.key!r} does not match {env.sender!r}"
         elif (
             self.signer is not None
@@ -347,7 +354,7 @@ class ServerAgent:
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
         each of client ``m``, of a phase up to the envelope's, accepted by the regret sums."""
-        entries = telemetry_from_wire(env.body())
+        entries = telemetry_from_wire(env.body(), self._decoded_terms)
         for t in entries:
             if t.client != m or t.phase > env.phase:
                 raise ProtocolError(

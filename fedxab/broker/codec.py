@@ -57,6 +57,9 @@ _NUMERIC_KINDS = "biuf"
 _KIND_NAMES = "bool, int, uint or float"
 # byte order, kind, item size: "<f8", "|b1", ">i4", "|u1" (what dtype.str gives for numeric dtypes)
 _DTYPE_RE = re.compile(r"[<>|=][biuf][0-9]{1,2}")
+# (tuples, not ``bytes | bytearray``: a union is built anew at each isinstance on the hot path)
+_BYTES = (bytes, bytearray, memoryview)
+_NUMBERS = (int, float)
 
 
 # ------------------------------------------------------------------------------------ encode
@@ -175,7 +178,7 @@ def unpackb(data: bytes | bytearray | memoryview) -> Any:
     well-formed message: garbage, truncated bytes, trailing bytes, unknown extension types,
     malformed arrays, or map keys that are not strings.
     """
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BYTES):
         raise ProtocolError(f"malformed message: expected bytes, got {type(data).__name__}")
     try:
         return msgpack.unpackb(
@@ -209,7 +212,7 @@ def unpack_frame(data: bytes | bytearray | memoryview, what: str) -> dict[str, A
     :class:`ProtocolError` while parsing, so that a field never holds a value whose comparison
     fails (a numpy array's truth value) and hostile bytes cannot inflate: the only large value a
     frame can hold is a byte string, the size of its bytes."""
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BYTES):
         raise ProtocolError(f"malformed {what}: expected bytes, got {type(data).__name__}")
     try:
         raw = msgpack.unpackb(
@@ -300,9 +303,10 @@ class Envelope:
     sent_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
 
-    @functools.cached_property
+    @property
     def client_id(self) -> int | None:
-        """The sending client's id, or ``None`` for the server."""
+        """The sending client's id, or ``None`` for the server (parsed at each read: cheaper
+        than a ``functools.cached_property``, which takes a lock on Python 3.11)."""
         return None if self.sender == SERVER else int(self.sender[len(_CLIENT_PREFIX) :])
 
     @property
@@ -336,7 +340,7 @@ class Envelope:
         the envelope's fields, the schema version (an unknown one is named), and each field's
         type and range.
         """
-        if isinstance(data, bytes | bytearray | memoryview) and len(data) > MAX_MESSAGE_BYTES:
+        if isinstance(data, _BYTES) and len(data) > MAX_MESSAGE_BYTES:
             raise ProtocolError(
                 f"envelope of {len(data)} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
             )
@@ -384,7 +388,7 @@ class Envelope:
         sent_at = raw["sent_at"]
         if (
             isinstance(sent_at, bool)
-            or not isinstance(sent_at, int | float)
+            or not isinstance(sent_at, _NUMBERS)
             or not math.isfinite(sent_at)
             or sent_at < 0
         ):

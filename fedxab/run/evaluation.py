@@ -21,7 +21,7 @@ only the counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,11 +136,15 @@ class Telemetry:
 _TERMS = ("global_terms", "local_terms")
 
 
-def telemetry_to_wire(entries: Sequence[Telemetry]) -> dict[str, Any]:
+def telemetry_to_wire(
+    entries: Sequence[Telemetry], encoded: dict[tuple[int, ...], Any] | None = None
+) -> dict[str, Any]:
     """One client's entries, in order, as one message body: each entry's phase, start and
     count, and each regret term concatenated over the entries and run-length encoded
     (:func:`run_lengths`), once per message rather than once per entry (a term is None in every
-    entry or in none)."""
+    entry or in none). ``encoded`` (a dict, empty at first) keeps the encodings across the
+    messages of one flush: the clients that pulled the same batches hold the very same arrays
+    of global terms (:meth:`GlobalValues.regret_terms`), which are then encoded once."""
     if not entries or len({t.client for t in entries}) != 1:
         raise ValueError("telemetry_to_wire takes a non-empty list of one client's entries")
     data: dict[str, Any] = {
@@ -156,20 +160,41 @@ def telemetry_to_wire(entries: Sequence[Telemetry]) -> dict[str, Any]:
             continue
         if any(x is None for x in terms):
             raise ValueError(f"{name} is None in some telemetry entries and not in others")
-        data[name], data[f"{name}_runs"] = run_lengths(np.concatenate(terms))
+        data[name], data[f"{name}_runs"] = _encoded_terms(terms, encoded)
     return data
 
 
-def telemetry_from_wire(data: Any) -> list[Telemetry]:
+def _encoded_terms(
+    terms: list[np.ndarray], encoded: dict[tuple[int, ...], Any] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``run_lengths`` of the concatenated ``terms``, from ``encoded`` if these arrays (by
+    identity) were encoded before. Each entry keeps the arrays beside their encoding, so no
+    id in a key can be reused by another array while ``encoded`` lives."""
+    if encoded is None:
+        return run_lengths(np.concatenate(terms))
+    key = tuple(map(id, terms))
+    if key not in encoded:
+        encoded[key] = (terms, run_lengths(np.concatenate(terms)))
+    return encoded[key][1]
+
+
+def telemetry_from_wire(
+    data: Any, shared: MutableMapping[bytes, np.ndarray] | None = None
+) -> list[Telemetry]:
     """The entries of a :func:`telemetry_to_wire` body; a malformed one raises ProtocolError
-    naming the field."""
+    naming the field. Each term is expanded from its runs into one read-only array, looked up
+    first in ``shared`` (terms expanded before, by their runs: a ``WeakValueDictionary`` keeps
+    them while an entry does) and kept there: clients that pulled the same points send the same
+    terms, which then take the memory (and the time to fill it) of one client's, as in process
+    where the clients of a batch share its terms."""
     if not isinstance(data, dict):
         raise ProtocolError(f"telemetry must be a map of fields, got {type(data).__name__}")
     client = wire_int(data, "client")
     phases, starts, counts = (wire_array(data, f, "i") for f in ("phases", "starts", "counts"))
     if not phases.size or not (phases.shape == starts.shape == counts.shape):
         raise ProtocolError("fields phases, starts and counts must hold one value per entry")
-    if phases.min() < 0 or starts.min() < 0 or counts.min() < 0:
+    columns = phases.tolist(), starts.tolist(), counts.tolist()  # (a list's min costs less)
+    if min(columns[0]) < 0 or min(columns[1]) < 0 or min(columns[2]) < 0:
         raise ProtocolError("fields phases, starts and counts must hold integers >= 0")
     total = int(counts.sum())
     ends = np.cumsum(counts).tolist()
@@ -187,19 +212,29 @@ def telemetry_from_wire(data: Any) -> list[Telemetry]:
             )
         if int(runs.sum()) != total:
             raise ProtocolError(f"field {name!r} must hold {total} values, got {runs.sum()}")
-        expanded = np.repeat(values, runs)
+        expanded = _expanded(values, runs, shared)
         terms[name] = [expanded[a:b] for a, b in spans]
     return [
         Telemetry(p, client, a, c, g, loc)
         for p, a, c, g, loc in zip(
-            phases.tolist(),
-            starts.tolist(),
-            counts.tolist(),
-            terms["global_terms"],
-            terms["local_terms"],
-            strict=True,
+            *columns, terms["global_terms"], terms["local_terms"], strict=True
         )
     ]
+
+
+def _expanded(
+    values: np.ndarray, runs: np.ndarray, shared: MutableMapping[bytes, np.ndarray] | None
+) -> np.ndarray:
+    """``np.repeat(values, runs)``, read-only, from ``shared`` if it is there (the key is
+    unambiguous: ``values`` and ``runs`` have as many items, of 8 bytes each)."""
+    key = values.tobytes() + runs.tobytes()
+    expanded = None if shared is None else shared.get(key)
+    if expanded is None:
+        expanded = np.repeat(values, runs)
+        expanded.setflags(write=False)
+        if shared is not None:
+            shared[key] = expanded
+    return expanded
 
 
 def run_lengths(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,8 +246,11 @@ def run_lengths(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if terms.size == 0:
         return terms, np.empty(0, dtype=np.int64)
     bits = terms.view(np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], bits[1:] != bits[:-1])))
-    return terms[starts], np.diff(np.append(starts, terms.size))
+    bounds = np.empty(terms.size + 1, dtype=bool)  # where a run starts, and the end
+    bounds[0] = bounds[-1] = True
+    np.not_equal(bits[1:], bits[:-1], out=bounds[1:-1])
+    edges = np.flatnonzero(bounds)
+    return terms[edges[:-1]], edges[1:] - edges[:-1]
 
 
 TELEMETRY_PULLS = 16_384

@@ -11,6 +11,7 @@ objective's values are turned back from the maximised ones fedxab works with).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -32,13 +33,33 @@ def mean_best(bests: Iterable[float | None]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def _is_number(value: Any) -> bool:
-    """A real number as plain data: an int or a float, not a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+@functools.lru_cache(maxsize=8)
+def _grid(budget: int) -> np.ndarray:
+    """``round_grid(budget, OUTCOME_POINTS)``, computed once per budget (a server checks one
+    outcome per client against it) and read-only, as it is shared."""
+    grid = round_grid(budget, OUTCOME_POINTS)
+    grid.setflags(write=False)
+    return grid
+
+
+def _is_number_type(kind: type) -> bool:
+    """Values of type ``kind`` are real numbers as plain data: ints or floats, not bools."""
+    return issubclass(kind, int | float) and not issubclass(kind, bool)
+
+
+def _is_int_type(kind: type) -> bool:
+    return issubclass(kind, int) and not issubclass(kind, bool)
+
+
+def _types(value: Any) -> set[type] | None:
+    """The types of the items of ``value`` if it is a list or a tuple, else None: a list's
+    items are checked by their few distinct types rather than one by one."""
+    return set(map(type, value)) if isinstance(value, list | tuple) else None
 
 
 def _floats(value: Any, name: str) -> np.ndarray:
-    if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
+    types = _types(value)
+    if types is None or not all(_is_number_type(t) for t in types):
         raise ValueError(f"{name!r} must be a list of numbers")
     return np.asarray(value, dtype=np.float64)
 
@@ -69,7 +90,7 @@ class ClientOutcome:
             "best_value": self.best_value,
             "best_point": None if self.best_point is None else self.best_point.tolist(),
             "rounds": self.rounds.tolist(),
-            "best_so_far": [None if math.isnan(v) else float(v) for v in self.best_so_far],
+            "best_so_far": [None if math.isnan(v) else v for v in self.best_so_far.tolist()],
             "recommendation": (
                 None if self.recommendation is None else self.recommendation.tolist()
             ),
@@ -81,7 +102,7 @@ class ClientOutcome:
         dim = domain.shape[0]
         if self.evaluations > budget:
             raise ValueError(f"{self.evaluations} evaluations, more than the budget {budget}")
-        if not np.array_equal(self.rounds, round_grid(budget, OUTCOME_POINTS)):
+        if not np.array_equal(self.rounds, _grid(budget)):
             raise ValueError("'rounds' is not the run's grid of rounds")
         if (self.best_value is None) != (self.best_point is None):
             raise ValueError("'best_value' and 'best_point' must both be given or both null")
@@ -97,24 +118,23 @@ class ClientOutcome:
     @classmethod
     def from_dict(cls, data: Any) -> ClientOutcome:
         """The inverse of :meth:`to_dict`; a ValueError names any bad field."""
-        keys = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(data, Mapping) or set(data) != keys:
-            raise ValueError(f"a client outcome must be a map with the fields {sorted(keys)}")
+        if not isinstance(data, Mapping) or data.keys() != _FIELDS:
+            raise ValueError(f"a client outcome must be a map with the fields {sorted(_FIELDS)}")
         client, evaluations = data["client"], data["evaluations"]
         for name, value in (("client", client), ("evaluations", evaluations)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name!r} must be an integer >= 0, got {value!r}")
         rounds, values = data["rounds"], data["best_so_far"]
-        if not isinstance(rounds, list | tuple) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in rounds
-        ):
+        types = _types(rounds)
+        if types is None or not all(_is_int_type(t) for t in types):
             raise ValueError("'rounds' must be a list of round numbers")
-        if not isinstance(values, list | tuple) or not all(
-            v is None or (_is_number(v) and math.isfinite(v)) for v in values
-        ):
+        types = _types(values)
+        if types is None or not all(t is type(None) or _is_number_type(t) for t in types):
             raise ValueError("'best_so_far' must be a list of finite numbers or nulls")
         rounds = np.asarray(rounds, dtype=np.int64)
-        curve = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+        curve = np.array(values, dtype=np.float64)  # (None becomes NaN)
+        if np.count_nonzero(~np.isfinite(curve)) != values.count(None):  # a NaN or inf sent
+            raise ValueError("'best_so_far' must be a list of finite numbers or nulls")
         if rounds.ndim != 1 or curve.shape != rounds.shape:
             raise ValueError("'best_so_far' must hold one value per round of 'rounds'")
         best = data["best_value"]
@@ -134,6 +154,9 @@ class ClientOutcome:
         )
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ClientOutcome))
+
+
 class ObservedBest:
     """Client ``client``'s best observed reward so far, fed batch by batch in pull order.
 
@@ -144,7 +167,7 @@ class ObservedBest:
     def __init__(self, client: int, budget: int, direction: str = "maximize") -> None:
         self.client = client
         self.sign = -1.0 if direction == "minimize" else 1.0
-        self.rounds = round_grid(budget, OUTCOME_POINTS)
+        self.rounds = _grid(budget)
         self._curve = np.full(self.rounds.size, -np.inf)
         self._best = -np.inf
         self._point: np.ndarray | None = None

@@ -59,8 +59,14 @@ def test_an_outcome_survives_its_plain_form_and_bad_fields_are_named():
     [
         ("best_so_far", [True] * 10, "'best_so_far' must be a list of finite numbers"),
         ("best_so_far", [float("inf")] * 10, "'best_so_far' must be a list of finite numbers"),
+        ("best_so_far", [None, float("nan")] * 5, "'best_so_far' must be a list of finite num"),
+        ("best_so_far", [None] * 9 + ["1"], "'best_so_far' must be a list of finite numbers"),
+        ("best_so_far", (1.0,) * 9 + (False,), "'best_so_far' must be a list of finite numbers"),
+        ("best_so_far", "1234567890", "'best_so_far' must be a list of finite numbers"),
         ("best_point", [True], "'best_point' must be a list of numbers"),
         ("rounds", [1.0 * r for r in range(1, 11)], "'rounds' must be a list of round numbers"),
+        ("rounds", [*range(1, 10), True], "'rounds' must be a list of round numbers"),
+        ("rounds", [*range(1, 10), None], "'rounds' must be a list of round numbers"),
     ],
 )
 def test_type_confused_outcome_fields_are_refused(field, value, message):
@@ -70,6 +76,27 @@ def test_type_confused_outcome_fields_are_refused(field, value, message):
     tracker.add(np.array([[0.5]]), np.array([1.0]))
     with pytest.raises(ValueError, match=message):
         ClientOutcome.from_dict({**tracker.outcome().to_dict(), field: value})
+
+
+def test_an_outcome_may_hold_nulls_ints_and_int_subclasses_where_numbers_belong():
+    """The list checks look at each item's type (a null, an int or a float, not a bool); an
+    int subclass other than bool is an int, as ``isinstance`` says."""
+
+    class Round(int):
+        pass
+
+    tracker = ObservedBest(0, 10)
+    tracker.add(np.array([[0.5]]), np.array([1.0]))
+    plain = tracker.outcome().to_dict()
+    back = ClientOutcome.from_dict(
+        {
+            **plain,
+            "rounds": [Round(r) for r in plain["rounds"]],
+            "best_so_far": [None, 2, *[1.5] * 8],
+        }
+    )
+    assert back.rounds.tolist() == plain["rounds"]
+    assert np.isnan(back.best_so_far[0]) and back.best_so_far[1:3].tolist() == [2.0, 1.5]
 
 
 def test_a_server_checks_the_best_point_lies_in_the_domain():

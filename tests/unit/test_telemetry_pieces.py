@@ -148,6 +148,39 @@ def test_terms_travel_run_length_encoded_and_come_back_bit_for_bit():
         telemetry_to_wire([entries[0], Telemetry(2, 2, 0, 0, np.empty(0), np.empty(0))])
 
 
+def test_the_same_terms_are_encoded_once_per_flush_and_decoded_once_while_held():
+    """A client agent's clients that pulled the same batches hold the same arrays of global
+    terms: encoded once per flush (``encoded``, by identity), with the same bytes as alone;
+    a server decodes equal terms once (``shared``), read-only, while an entry holds them."""
+    import weakref
+
+    from fedxab.broker.codec import packb, unpackb
+    from fedxab.run.evaluation import telemetry_from_wire, telemetry_to_wire
+
+    glob = [np.array([0.5, 0.5, 0.25]), np.array([0.25, 0.0])]
+    clients = [
+        [Telemetry(0, m, 0, 3, glob[0], np.full(3, m + 0.5)),
+         Telemetry(1, m, 3, 2, glob[1], np.full(2, m + 0.5))]
+        for m in range(3)
+    ]  # fmt: skip
+    encoded: dict = {}
+    bodies = [packb(telemetry_to_wire(entries, encoded)) for entries in clients]
+    assert bodies == [packb(telemetry_to_wire(entries)) for entries in clients]
+    assert len(encoded) == 1 + 3  # the shared global terms once, each client's local terms
+    shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+    back = [telemetry_from_wire(unpackb(body), shared) for body in bodies]
+    assert back[0][0].global_terms.base is back[2][0].global_terms.base  # one array
+    assert back[0][0].local_terms.base is not back[1][0].local_terms.base
+    for entries, decoded in zip(clients, back, strict=True):
+        for a, b in zip(entries, decoded, strict=True):
+            assert not b.global_terms.flags.writeable and not b.local_terms.flags.writeable
+            for name in ("global_terms", "local_terms"):
+                assert getattr(b, name).tobytes() == getattr(a, name).tobytes()
+    assert len(shared) == 1 + 3
+    del back, decoded, b
+    assert len(shared) == 0  # nothing kept once no entry holds them
+
+
 def test_clients_pulling_the_same_batch_share_one_array_of_global_regret_terms():
     """``f* - f(X)`` is computed once per batch and shared, read-only, by the clients that pull
     it (a client agent holds its clients' terms until it sends them); the bits are those of
