@@ -56,7 +56,7 @@ def local_hct_seed(seed: int, client_id: int) -> int:
     return stream_word(seed, "local-hct", client_id)
 
 
-def _one_reward(evaluate: Evaluate, x: np.ndarray) -> float:
+def one_reward(evaluate: Evaluate, x: np.ndarray) -> float:
     """``evaluate`` at the single point ``x``, checked to be one finite reward."""
     return float(evaluate_checked(evaluate, x.reshape(1, -1))[0])
 
@@ -223,7 +223,7 @@ class LocalHCTClient:
         rounds = min(broadcast.rounds, self.budget - self.used)
         for _ in range(rounds):
             x = self.hct.ask()
-            self.hct.tell(x, _one_reward(evaluate, x))
+            self.hct.tell(x, one_reward(evaluate, x))
             self.used += 1
         report = LocalHCTReport(broadcast.phase, self.client_id, rounds, self.hct.recommend())
         return self._replies.put(broadcast.phase, report)
@@ -399,7 +399,7 @@ class CentralHCTClient:
                 f"no pull left for phase {broadcast.phase}"
             )
         _check_point(broadcast.point, self.dim, "point")
-        reward = _one_reward(evaluate, np.asarray(broadcast.point, dtype=float))
+        reward = one_reward(evaluate, np.asarray(broadcast.point, dtype=float))
         self.used += 1
         return self._replies.put(
             broadcast.phase, CentralHCTReport(broadcast.phase, self.client_id, reward)

@@ -12,6 +12,12 @@ room:
 - the root is created expanded, never pulled, and always passed through;
 - ties in OptTraverse go to the lowest child index; ``U = +inf`` while ``T = 0``.
 
+``roots=(h, nodes)`` restricts HCT to the cells ``(h, i)``, ``i`` in ``nodes``, of its partition
+(fedxab's extension, used by PF-HCT's local stage): the root is then created with those cells as
+its children (instead of its ``k`` children), is never pulled and always passed through, and the
+tree below each cell grows as usual; :meth:`HCT.preload` gives those cells samples made before the
+run. With ``roots=None`` (default) HCT is exactly the papers' algorithm.
+
 Only the pulled node's statistics change on a pull (not its ancestors'), and statistics are a
 running count and sum per node, never a list of rewards. Per-round cost is O(depth), plus an
 O(|tree|) refresh at powers of two. Every expanded node keeps the child OptTraverse steps to from
@@ -122,6 +128,7 @@ class HCT:
         next_round: bool = True,
         recommendation: str = "lcb",
         seed: int = 0,
+        roots: tuple[int, Sequence[int] | np.ndarray] | None = None,
     ) -> None:
         self.nu = check_nu("algorithm.nu", nu)
         self.rho = check_rho("algorithm.rho", rho)
@@ -171,7 +178,11 @@ class HCT:
         self._use_tplus(1)  # sets _tplus, _log_term, _taus: the quantities of the current t+
         lower, upper = self.partition.root_cell()
         root = self._new_node(0, 1, -1, lower, upper)
-        self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded
+        self._top_depth, self._top_count = 1, k  # depth and number of the root's children
+        if roots is None:
+            self._expand(root)  # T_1 = {(0,1), (1,1), ..., (1,k)}: the root starts expanded
+        else:
+            self._plant(root, *roots)
 
     # ----------------------------------------------------------------------------- quantities
     def log_term(self, tp: int) -> float:
@@ -241,16 +252,67 @@ class HCT:
             self.max_depth = h + 1
             self._taus.append(self.tau(h + 1, self._tplus))
 
+    def _plant(self, root: int, h: int, nodes: Sequence[int] | np.ndarray) -> None:
+        """Make the cells ``(h, i)``, ``i`` in ``nodes``, the root's children (``roots``)."""
+        top = np.asarray(nodes)
+        if isinstance(h, bool) or not isinstance(h, int | np.integer) or h < 1:
+            raise ConfigError("algorithm.roots", f"the depth must be an integer >= 1, got {h!r}")
+        if (
+            top.ndim != 1
+            or top.size == 0
+            or top.dtype.kind not in "iu"
+            or top.min() < 1
+            or top.max() > self.k**h
+            or np.any(np.diff(top) <= 0)
+        ):
+            raise ConfigError(
+                "algorithm.roots",
+                f"the nodes must be a non-empty increasing list of indices in 1..{self.k**h}",
+            )
+        self.child0[root] = root + 1
+        self.best[root] = root + 1  # every child has B = +inf
+        for i in top.tolist():
+            lo, up = self.partition.cell(h, i)
+            self._new_node(h, i, root, tuple(lo.tolist()), tuple(up.tolist()))
+        self._top_depth, self._top_count = int(h), len(top)
+        self.max_depth = int(h)
+        self._taus = [self.tau(d, self._tplus) for d in range(self.max_depth + 1)]
+
+    def preload(
+        self, counts: Sequence[int] | np.ndarray, sums: Sequence[float] | np.ndarray
+    ) -> None:
+        """Give the root's children (in order) ``counts`` samples of reward sum ``sums`` each,
+        made before the run, e.g. PF-HCT's stage-1 pulls; only before the first :meth:`ask`.
+
+        A child with enough samples is expanded at once (the rule of :meth:`tell`); U and B are
+        computed at the first ask's refresh.
+        """
+        n = self._top_count
+        counts, sums = np.asarray(counts), np.asarray(sums, dtype=float)
+        if self.t or self._pending:
+            raise ValueError("preload() must come before the first ask()")
+        if counts.shape != (n,) or sums.shape != (n,) or counts.dtype.kind not in "iu":
+            raise ValueError(f"preload() needs {n} integer counts and {n} sums")
+        if np.any(counts < 0) or not np.all(np.isfinite(sums)):
+            raise ValueError("preload() needs counts >= 0 and finite sums")
+        for node, (n_node, total) in enumerate(
+            zip(counts.tolist(), sums.tolist(), strict=True), start=1
+        ):
+            self.count[node], self.total[node] = n_node, total
+            if n_node and n_node >= self._taus[self.depth[node]] and self.child0[node] < 0:
+                self._expand(node)
+
     def _children_max(self, node: int) -> float:
         """The largest B among the children of an expanded ``node``; the child that has it (ties
         to the lowest index) is recorded in ``best[node]``, the step OptTraverse takes
         from ``node``. Called whenever a child's B may have changed, so ``best`` is always current.
         """
         B, c0 = self.B, self.child0[node]
-        if self.k == 2:
+        k = self.k if node else self._top_count
+        if k == 2:
             j = c0 if B[c0] >= B[c0 + 1] else c0 + 1
         else:
-            children = B[c0 : c0 + self.k]
+            children = B[c0 : c0 + k]
             j = c0 + children.index(max(children))
         self.best[node] = j
         return B[j]
@@ -286,7 +348,7 @@ class HCT:
         (``T_{0,1} := tau_0 := 1``), step to the child of largest B (``best``) until reaching a
         leaf or a node pulled fewer than ``tau_h(t)`` times."""
         best, count, taus = self.best, self.count, self._taus
-        node, h = best[0], 1
+        node, h = best[0], self._top_depth
         while best[node] >= 0 and count[node] >= taus[h]:
             node = best[node]
             h += 1

@@ -48,6 +48,16 @@ Readings of the paper's ambiguities, fedxab's default first:
 - Theory preset: ``c = 2``, ``c1 = (2 M^2)^(1/8)`` ([PF] Lemma A.2); practical: ``c = 0.1``,
   ``c1 = 1``; ``delta = 1/M`` by default.
 
+**Non-reproduction** (fedxab issue 20; ``docs/reproduce.md``, "PF-PNE does not reproduce"): as
+printed, PF-PNE loses to local HCT (each client alone) in local cumulative regret: Garland,
+M = 10, T = 3000: 797 +- 28 against 313 +- 12; Himmelblau, T = 10^4: 1086 against 177
+(``fedxab reproduce pfpne-garland --budget 3000 --seeds 5 --jobs 2``,
+``fedxab reproduce pfpne-himmelblau --seeds 5 --jobs 2``). The measured cause: PE must re-examine
+every node the server eliminated up to ``tau_h`` local samples (68% of the pulls on Garland at
+T = 3000, 82% on Himmelblau at T = 10^4), a cost that the paper's regret decomposition ([PF]
+eq. 19, Corollary 3.1) never charges; and below ``H0`` every surviving node gets ``tau_h`` pulls
+where HCT samples adaptively. :mod:`fedxab.algorithms.pfhct` (PF-HCT) is fedxab's answer.
+
 Communication rounds (:attr:`PFPNEServer.rounds`) are the aggregated stage-1 depths,
 ``min(H0, depth reached before T)``; the handover phase adds one broadcast (carrying ``S^{H0}``) and
 one reply (the recommendation) per client, and no statistics.
@@ -383,9 +393,24 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         """First broadcast: depth 1 (the root is never sampled); the handover if H0 = 0."""
         if self.phase != 0:
             raise ProtocolError("start() called twice")
-        if self.h0 == 0:
+        return self._descend(children(np.array([1], dtype=np.int64), self.k), 1)
+
+    def _descend(self, nodes: np.ndarray, depth: int) -> PFPNEBroadcast:
+        """Open stage-1 depth ``depth`` on ``nodes``, or hand over if :meth:`_stops_before` it."""
+        if self._stops_before(nodes, depth):
             return self._handover()
-        return self._stage_one(children(np.array([1], dtype=np.int64), self.k), 1)
+        return self._stage_one(nodes, depth)
+
+    def _stops_before(self, nodes: np.ndarray, depth: int) -> bool:
+        """Whether stage 1 ends before sampling ``nodes`` at ``depth``: below ``H0``, or when the
+        budget is spent ([PF] Alg. 1, the loop over ``h <= H0``)."""
+        return depth > self.h0 or self.used >= self.budget
+
+    def _eliminate(
+        self, reports: list[PFPNEReport], means: np.ndarray, width: float
+    ) -> tuple[np.ndarray, int]:
+        """The survivors mask and best node of the depth just aggregated ([PF] Alg. 1 line 11)."""
+        return eliminate(means, width, self.constants.slack(self.depth))
 
     def _stage_one(self, nodes: np.ndarray, depth: int) -> PFPNEBroadcast:
         m, tau = self.n_clients, self.constants.tau
@@ -463,7 +488,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node
         width = float(self.constants.width(len(reports) * t_h))  # b_h, N_h = M ceil(tau_h/M)
-        survive, best = eliminate(means, width, self.constants.slack(self.depth))
+        survive, best = self._eliminate(reports, means, width)
         survive.setflags(write=False)
         self.history.append(
             StageOneRecord(
@@ -481,9 +506,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         self.used += self.phase_length
         kept = self.active[survive]
         self._survivors = _Survivors(self.depth, kept, means[survive], np.full(len(kept), width))
-        if self.depth >= self.h0 or self.used >= self.budget:
-            return self._handover()
-        return self._stage_one(children(kept, self.k), self.depth + 1)
+        return self._descend(children(kept, self.k), self.depth + 1)
 
     def _finish(self, reports: list[PFPNEReport]) -> PFPNEFinished:
         self._inbox.close()
@@ -609,7 +632,7 @@ class PFPNEClient:
         broadcast.validate()
         protected = self._new_protected(broadcast)
         if broadcast.final:
-            report = self._run_pe(broadcast, protected, evaluate)
+            report = self._local_stage(broadcast, protected, evaluate)
         else:
             report = self._stage_one(broadcast, protected, evaluate)
         self.phase = broadcast.phase
@@ -680,7 +703,7 @@ class PFPNEClient:
         self.stage = "done"  # the horizon ended inside stage 1: no PE
         return PFPNEReport(b.phase, self.client_id, False, recommendation=self.recommend())
 
-    def _run_pe(
+    def _local_stage(
         self,
         b: PFPNEBroadcast,
         protected: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],

@@ -49,6 +49,7 @@ from fedxab.algorithms.parallel import (
     ParallelReport,
     ParallelServer,
 )
+from fedxab.algorithms.pfhct import PFHCTClient, PFHCTServer
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
 from fedxab.algorithms.protocol import Finished, Withdrawal
@@ -75,6 +76,7 @@ FEDERATED: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEServer, FedPNEClient),
     "dpfedpne": (DPFedPNEServer, DPFedPNEClient),
     "pfpne": (PFPNEServer, PFPNEClient),
+    "pfhct": (PFHCTServer, PFHCTClient),
     "parallel": (ParallelServer, ParallelClient),
     "fed1ucb": (Fed1UCBServer, Fed1UCBClient),
     "local-hct": (LocalHCTServer, LocalHCTClient),
@@ -94,6 +96,7 @@ WIRE_TYPES: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),
     "dpfedpne": (FedPNEBroadcast, FedPNEReport),
     "pfpne": (PFPNEBroadcast, PFPNEReport),
+    "pfhct": (PFPNEBroadcast, PFPNEReport),  # PF-HCT's stage 1 and handover are PF-PNE's
     "parallel": (ParallelBroadcast, ParallelReport),
     "fed1ucb": (Fed1UCBBroadcast, Fed1UCBReport),
     "local-hct": (LocalHCTBroadcast, LocalHCTReport),
@@ -104,8 +107,9 @@ WIRE_TYPES: dict[str, tuple[type, type]] = {
 }
 """Federated algorithms: name -> (broadcast class, report class), to decode received payloads."""
 
-# Set by the run (config [run] section), not by [algorithm] parameters.
-_RUN_LEVEL = ("domain", "seed", "budget")
+# Set by the run (config [run] section), not by [algorithm] parameters; HCT's ``roots`` is set
+# by PF-HCT's local stage.
+_RUN_LEVEL = ("domain", "seed", "budget", "roots")
 # ... and for federated algorithms also by the runner ([federation] section, client ids).
 _FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition")
 

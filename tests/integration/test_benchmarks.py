@@ -2,7 +2,8 @@
 
 ``bench_hct_vs_pyxab.py`` (issue 2, ``--quick``), ``bench_signing.py`` (issues 8 and 17:
 signing's cost on the Kafka Fed-PNE job, unsigned, HMAC and Ed25519, M = 10, T = 1000) and
-``bench_dashboard.py`` (issue 19: the dashboard's cost and page load, at 60 clients). Nothing
+``bench_dashboard.py`` (issue 19: the dashboard's cost and page load, at 60 clients) and
+``bench_personalized.py`` (issue 20: PF-HCT against local HCT, PF-PNE, Fed-PNE). Nothing
 here asserts on speed or memory: timings depend on the machine, and the scripts only report them.
 The tests check that the measurements exist, are well formed and consistent, and (signing) that
 the signed runs really signed, each under its scheme.
@@ -226,3 +227,26 @@ def test_dashboard_benchmark_measures_cost_and_page_load(tmp_path) -> None:
     else:
         assert len(data["page"]["times"]) == 2 and data["page"]["ms"] > 0
         assert data["page"]["bytes"] > 0
+
+
+def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
+    """``bench_personalized.py`` (issue 20) at a tiny size: one row per cell with every
+    algorithm's mean and std, the PF-HCT / local HCT ratio and a verdict against the target."""
+    data, text = run_bench(
+        "bench_personalized.py",
+        *("--seeds", "2", "--budget", "150", "--clients", "3"),
+        *("--functions", "garland,himmelblau", "--levels", "none,5x"),
+        out=tmp_path / "personalized.json",
+    )
+    assert (data["seeds"], data["budget"], data["clients"]) == (2, 150, [3])
+    assert len(data["runs"]) == 2 * 2 * 4 * 2 and len(data["rows"]) == 4
+    for row in data["rows"]:
+        regret = row["regret"]
+        assert set(regret) == {"pfhct", "local-hct", "pfpne", "fedpne"}
+        assert all(math.isfinite(v["mean"]) and v["std"] >= 0 for v in regret.values())
+        assert row["ratio"] == pytest.approx(regret["pfhct"]["mean"] / regret["local-hct"]["mean"])
+        assert row["target"] == ("< 1" if row["level"] == "none" else "<= 1.2")
+        assert isinstance(row["met"], bool)
+    rows = [line for line in text.splitlines() if line.startswith(("| garland", "| himmelblau"))]
+    assert len(rows) == 4 and all(line.endswith(("| met |", "| not met |")) for line in rows)
+    assert "Target met in" in text

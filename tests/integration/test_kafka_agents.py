@@ -49,12 +49,13 @@ keys_dir = "{keys}"
 """
 
 
-def test_kafka_in_one_process_gives_the_in_process_results(dev_broker):
+@pytest.mark.parametrize("algorithm", ["pfpne", "pfhct"])
+def test_kafka_in_one_process_gives_the_in_process_results(dev_broker, algorithm):
     config = config_from_dict(
         {
             "run": {"budget": 2000},
             "objective": {"name": "himmelblau"},
-            "algorithm": {"name": "pfpne"},
+            "algorithm": {"name": algorithm},
             "federation": {"clients": 5, "heterogeneity": "shift"},
         }
     )

@@ -21,6 +21,7 @@ ALGORITHMS = {
     "fedpne": {},
     "dpfedpne": {"epsilon": 0.5, "privacy_delta": 1e-3},
     "pfpne": {"c": 0.5},
+    "pfhct": {"c": 0.5},
     "parallel": {},
     "fed1ucb": {},
     "local-hct": {},

@@ -1,0 +1,184 @@
+"""Personalized algorithms against local HCT: the acceptance grid of issue 20 (PF-HCT).
+
+For every function (Garland, DoubleSine, Himmelblau 2-D, Rastrigin 10-D; uniform noise
+U(-0.1, 0.1), as in ``fedxab reproduce pfpne-*``), input-shift heterogeneity level (``none``;
+``paper``: shifts ``s_m ~ N(0, (0.05 range)^2)``, fedxab's default scale, the ``pfpne-*``
+experiments'; ``5x``: five times that) and number of clients M, this script runs PF-HCT, local HCT,
+PF-PNE (``Delta = 0.01``) and Fed-PNE (all with the practical preset, ``nu = 1``, ``rho = 0.5``)
+for ``--seeds`` seeds, and prints a markdown table of the mean +- std over seeds of the local
+cumulative regret at T (averaged over the clients), the ratio PF-HCT / local HCT, and whether
+the issue's target holds in that cell: ratio < 1 where clients are similar (levels ``none`` and
+``paper``), ratio <= 1.2 everywhere.
+
+Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T]
+[--clients 10,50] [--functions garland,...] [--levels none,paper,5x] [--jobs N] [--quick]
+[--json PATH]``. ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly
+overrides it). The full grid (10 seeds, T = 10^4, M = 10 and 50) takes hours on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FUNCTIONS = {
+    "garland": {"name": "garland"},
+    "doublesine": {"name": "doublesine"},
+    "himmelblau": {"name": "himmelblau"},
+    "rastrigin": {"name": "rastrigin", "dim": 10},
+}
+LEVELS = {"none": None, "paper": 1.0, "5x": 5.0}
+"""Heterogeneity level -> multiple of the default shift scale (None: identical clients)."""
+PNE = {"preset": "practical", "nu": 1.0, "rho": 0.5}
+ALGORITHMS = {
+    "pfhct": {"name": "pfhct", **PNE},
+    "local-hct": {"name": "local-hct", **PNE},
+    "pfpne": {"name": "pfpne", **PNE, "Delta": 0.01},
+    "fedpne": {"name": "fedpne", **PNE},
+}
+SIMILAR = ("none", "paper")
+"""Levels where the clients count as similar: the target there is PF-HCT below local HCT."""
+WITHIN = 1.2
+"""Everywhere PF-HCT must be within this factor of local HCT."""
+
+
+def _federation(function: str, level: str, clients: int) -> dict[str, Any]:
+    """The ``[federation]`` section of a cell: shift scale = multiple x 0.05 x range."""
+    multiple = LEVELS[level]
+    if multiple is None:
+        return {"clients": clients, "heterogeneity": "none"}
+    from fedxab.objectives.registry import make_objective
+
+    params = {k: v for k, v in FUNCTIONS[function].items() if k != "name"}
+    domain = make_objective(FUNCTIONS[function]["name"], **params).domain
+    width = float(domain[0, 1] - domain[0, 0])  # every coordinate of these has the same range
+    scale = multiple * 0.05 * width
+    return {"clients": clients, "heterogeneity": "shift", "heterogeneity_scale": scale}
+
+
+def run_one(task: tuple[str, str, int, str, int, int]) -> dict[str, Any]:
+    """One run: the clients' mean local cumulative regret at T."""
+    from fedxab.agents.federation import Federation
+    from fedxab.config import config_from_dict
+
+    function, level, clients, algorithm, budget, seed = task
+    config = config_from_dict(
+        {
+            "run": {"seed": seed, "repeats": 1, "budget": budget},
+            "objective": {**FUNCTIONS[function], "noise": {"name": "uniform", "half_width": 0.1}},
+            "algorithm": ALGORITHMS[algorithm],
+            "federation": _federation(function, level, clients),
+        }
+    )
+    start = time.perf_counter()
+    record = Federation(config, seed).run()
+    return {
+        "function": function,
+        "level": level,
+        "clients": clients,
+        "algorithm": algorithm,
+        "seed": seed,
+        "regret": float(record.local_cumulative_regret[-1]),
+        "wall_time_s": time.perf_counter() - start,
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (function, level, M): mean and std per algorithm, ratio, target verdict."""
+    cells: dict[tuple[str, str, int], dict[str, list[float]]] = {}
+    for r in runs:
+        key = (r["function"], r["level"], r["clients"])
+        cells.setdefault(key, {}).setdefault(r["algorithm"], []).append(r["regret"])
+    rows = []
+    for (function, level, clients), by_alg in cells.items():
+        stats = {a: (float(np.mean(v)), float(np.std(v))) for a, v in by_alg.items()}
+        ratio = stats["pfhct"][0] / stats["local-hct"][0]
+        bound = 1.0 if level in SIMILAR else WITHIN
+        met = ratio < bound if level in SIMILAR else ratio <= bound
+        rows.append(
+            {
+                "function": function,
+                "level": level,
+                "clients": clients,
+                "regret": {a: {"mean": m, "std": s} for a, (m, s) in stats.items()},
+                "ratio": ratio,
+                "target": f"< {bound:g}" if level in SIMILAR else f"<= {bound:g}",
+                "met": bool(met),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], seeds: int, budget: int) -> str:
+    names = list(ALGORITHMS)
+    head = ["function", "heterogeneity", "M", *names, "PF-HCT / local HCT", "target", "met"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r['regret'][a]['mean']:.0f} ± {r['regret'][a]['std']:.0f}" for a in names]
+        verdict = "met" if r["met"] else "not met"
+        lines.append(
+            f"| {r['function']} | {r['level']} | {r['clients']} | "
+            + " | ".join(cells)
+            + f" | {r['ratio']:.2f} | {r['target']} | {verdict} |"
+        )
+    met = sum(r["met"] for r in rows)
+    lines.append("")
+    lines.append(
+        f"Local cumulative regret at T = {budget} (mean ± std over {seeds} seeds, averaged over "
+        f"the clients). Target met in {met} of {len(rows)} cells."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, help="seeds per cell (default 10; --quick: 3)")
+    parser.add_argument("--budget", type=int, help="T per client (default 10000; --quick: 2000)")
+    parser.add_argument("--clients", help="comma-separated M values (default 10,50; --quick: 10)")
+    parser.add_argument("--functions", default=",".join(FUNCTIONS))
+    parser.add_argument("--levels", default=",".join(LEVELS))
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--quick", action="store_true", help="3 seeds, T = 2000, M = 10")
+    parser.add_argument("--json", type=Path, help="write the runs and the table here")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (3 if args.quick else 10)
+    budget = args.budget or (2000 if args.quick else 10_000)
+    clients = [int(m) for m in (args.clients or ("10" if args.quick else "10,50")).split(",")]
+    functions = args.functions.split(",")
+    levels = args.levels.split(",")
+    for name, given, allowed in (("function", functions, FUNCTIONS), ("level", levels, LEVELS)):
+        unknown = [v for v in given if v not in allowed]
+        if unknown:
+            parser.error(f"unknown {name} {unknown}; allowed: {', '.join(allowed)}")
+    tasks = [
+        (f, lev, m, a, budget, s)
+        for f in functions
+        for lev in levels
+        for m in clients
+        for a in ALGORITHMS
+        for s in range(seeds)
+    ]
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            runs = list(pool.map(run_one, tasks))
+    else:
+        runs = [run_one(t) for t in tasks]
+    rows = summarise(runs)
+    table = markdown(rows, seeds, budget)
+    print(table)
+    print(f"\n{len(runs)} runs in {time.perf_counter() - start:.0f} s")
+    if args.json:
+        data = {"seeds": seeds, "budget": budget, "clients": clients, "rows": rows, "runs": runs}
+        args.json.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
