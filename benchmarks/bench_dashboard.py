@@ -117,7 +117,7 @@ def run_plain(config: Any) -> float:
 
 def run_with_dashboard(config: Any, shots: Path | None = None) -> dict[str, Any]:
     """One run observed and served as the open page would read it; with ``shots``, a
-    screenshot of the page mid-run (the first poll after half the run's phases)."""
+    screenshot of the page mid-run (:func:`_live_shot`)."""
     from fedxab.api import run_job
     from fedxab.dashboard.server import DashboardServer
     from fedxab.dashboard.state import DashboardState
@@ -128,8 +128,10 @@ def run_with_dashboard(config: Any, shots: Path | None = None) -> dict[str, Any]
     with DashboardServer(source) as page:
         poller = threading.Thread(target=_poll, args=(page.url + "api/state", stop, sizes))
         poller.start()
+        shooter = None
         if shots is not None:
-            threading.Thread(target=_live_shot, args=(page.url, state, shots), daemon=True).start()
+            shooter = threading.Thread(target=_live_shot, args=(page.url, state, shots))
+            shooter.start()
         try:
             t0 = time.perf_counter()
             run_job(config, metrics=observer)
@@ -137,6 +139,8 @@ def run_with_dashboard(config: Any, shots: Path | None = None) -> dict[str, Any]
         finally:
             stop.set()
             poller.join()
+            if shooter is not None:
+                shooter.join()  # its browser closed before the server goes
         return {
             "wall": wall,
             "hooks": observer.seconds,
@@ -148,7 +152,11 @@ def run_with_dashboard(config: Any, shots: Path | None = None) -> dict[str, Any]
 
 
 def _live_shot(url: str, state: Any, shots: Path) -> None:
-    while not (state.current and state.current.phases >= 3):
+    """A screenshot of the page once the run has closed its third phase (none if the run
+    ends before)."""
+    while (view := state.current) is None or view.phases < 3:
+        if view is not None and view.status != "running":
+            return
         time.sleep(0.05)
     with Chromium() as browser:
         browser.open(url, "document.body.dataset.renderedMs")
