@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from fedxab.privacy.run_ledger import LEDGER_HOME_VAR
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A shell starts a background job with SIGINT ignored, and its children inherit that: the
+    # tests that stop `fedxab` processes with Ctrl-C (SIGINT) need it to reach them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
