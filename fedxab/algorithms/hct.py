@@ -406,9 +406,8 @@ class HCT:
         count = self.count[node] = self.count[node] + 1
         self.total[node] += r
         self.reward_sum += r
-        round_index = (
-            t + 1 if self.next_round else t
-        )  # of U and the threshold (see the module docstring)
+        # the round index of U and the threshold (see the module docstring)
+        round_index = t + 1 if self.next_round else t
         if round_index > self._tplus:
             self._use_tplus(t_plus(round_index))
         self.U[node] = self._u_value(node, self._log_term)

@@ -244,8 +244,10 @@ class RunView:
             self.phases = len(per_phase)
             self.last_phase = per_phase[-1]["phase"] if per_phase else None
             self.traffic = Counter(
-                {k: int(communication[k]) for k in ("messages_up", "messages_down")}
-                | {k: int(communication[k]) for k in ("bytes_up", "bytes_down")}
+                {
+                    k: int(communication[k])
+                    for k in ("messages_up", "messages_down", "bytes_up", "bytes_down")
+                }
             )
         if record.privacy is not None:
             p = record.privacy
