@@ -10,15 +10,27 @@ cumulative regret at T (averaged over the clients), the ratio PF-HCT / local HCT
 the issue's target holds in that cell: ratio < 1 where clients are similar (levels ``none`` and
 ``paper``), ratio <= 1.2 everywhere.
 
+Local HCT runs with ``partitions = "shared"``: every client's HCT uses the run's partition of the
+domain, the one the federated algorithms of the same run use, so the comparison is paired (the
+same algorithm as the per-client default, with the same expected regret; with per-client
+partitions the seed-to-seed differences would mix the algorithms' with the partitions').
+
 Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T]
 [--clients 10,50] [--functions garland,...] [--levels none,paper,5x] [--jobs N] [--quick]
-[--json PATH]``. ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly
-overrides it). The full grid (10 seeds, T = 10^4, M = 10 and 50) takes hours on two cores.
+[--json PATH] [--from-json PATH ...] [--hct-windows FUNCTION]``.
+
+- ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly overrides it). The
+  full grid (10 seeds, T = 10^4, M = 10 and 50) takes about 50 min on two cores, ``--jobs 2``.
+- ``--from-json``: print the table of runs saved by ``--json`` (e.g. the M = 10 and M = 50
+  halves of the grid, run separately), without running.
+- ``--hct-windows FUNCTION``: HCT's mean regret per pull over windows of 10^5 pulls
+  (:func:`hct_windows`), which shows whether more samples could help on that function at all.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -38,7 +50,7 @@ LEVELS = {"none": None, "paper": 1.0, "5x": 5.0}
 PNE = {"preset": "practical", "nu": 1.0, "rho": 0.5}
 ALGORITHMS = {
     "pfhct": {"name": "pfhct", **PNE},
-    "local-hct": {"name": "local-hct", **PNE},
+    "local-hct": {"name": "local-hct", **PNE, "partitions": "shared"},
     "pfpne": {"name": "pfpne", **PNE, "Delta": 0.01},
     "fedpne": {"name": "fedpne", **PNE},
 }
@@ -96,7 +108,10 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (r["function"], r["level"], r["clients"])
         cells.setdefault(key, {}).setdefault(r["algorithm"], []).append(r["regret"])
     rows = []
-    for (function, level, clients), by_alg in cells.items():
+    order = {name: i for i, name in enumerate([*FUNCTIONS, *LEVELS])}
+    for (function, level, clients), by_alg in sorted(
+        cells.items(), key=lambda cell: (order[cell[0][0]], order[cell[0][1]], cell[0][2])
+    ):
         stats = {a: (float(np.mean(v)), float(np.std(v))) for a, v in by_alg.items()}
         ratio = stats["pfhct"][0] / stats["local-hct"][0]
         bound = 1.0 if level in SIMILAR else WITHIN
@@ -136,6 +151,38 @@ def markdown(rows: list[dict[str, Any]], seeds: int, budget: int) -> str:
     return "\n".join(lines)
 
 
+WINDOWS = (0, 1_000, 10_000, 30_000, 100_000)
+"""The windows of pulls ``--hct-windows`` reports HCT's mean per-pull regret over."""
+
+
+def hct_windows(function: str, seed: int) -> list[float]:
+    """One HCT run of ``WINDOWS[-1]`` pulls on ``function`` (the grid's noise and constants):
+    its mean per-pull regret over each window. Flat windows mean more samples of the same
+    function would not lower HCT's regret per pull: pooling clients' samples cannot help."""
+    from fedxab.algorithms.hct import HCT
+    from fedxab.objectives.registry import make_objective
+
+    params = {k: v for k, v in FUNCTIONS[function].items() if k != "name"}
+    f = make_objective(FUNCTIONS[function]["name"], **params)
+    hct = HCT(f.domain, **PNE, budget=WINDOWS[-1], seed=seed)
+    noise = np.random.default_rng(seed).uniform(-0.1, 0.1, WINDOWS[-1])
+    regret = np.empty(WINDOWS[-1])
+    for t in range(WINDOWS[-1]):
+        x = hct.ask()
+        value = float(f(x[None, :])[0])
+        hct.tell(x, value + noise[t])
+        regret[t] = f.optimum_value - value
+    return [float(regret[a:b].mean()) for a, b in itertools.pairwise(WINDOWS)]
+
+
+def print_hct_windows(function: str, seeds: int) -> None:
+    head = " | ".join(f"[{a:,}, {b:,})" for a, b in itertools.pairwise(WINDOWS))
+    print(f"HCT on {function}: mean regret per pull over the pulls\n")
+    print(f"| seed | {head} |\n|" + "---|" * len(WINDOWS))
+    for seed in range(seeds):
+        print(f"| {seed} | " + " | ".join(f"{v:.3f}" for v in hct_windows(function, seed)) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 10; --quick: 3)")
@@ -146,7 +193,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--quick", action="store_true", help="3 seeds, T = 2000, M = 10")
     parser.add_argument("--json", type=Path, help="write the runs and the table here")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", help="print the table of runs saved by --json"
+    )
+    parser.add_argument(
+        "--hct-windows",
+        metavar="FUNCTION",
+        help="print HCT's mean regret per pull over windows of 10^5 pulls on FUNCTION, per seed",
+    )
     args = parser.parse_args(argv)
+    if args.hct_windows:
+        if args.hct_windows not in FUNCTIONS:
+            parser.error(f"unknown function {args.hct_windows!r}; allowed: {', '.join(FUNCTIONS)}")
+        print_hct_windows(args.hct_windows, args.seeds or 2)
+        return 0
+    if args.from_json:
+        saved = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]
+        runs = [run for data in saved for run in data["runs"]]
+        budgets = {data["budget"] for data in saved}
+        seeds = {data["seeds"] for data in saved}
+        if len(budgets) > 1 or len(seeds) > 1:
+            parser.error(f"--from-json files differ in budget {budgets} or seeds {seeds}")
+        print(markdown(summarise(runs), seeds.pop(), budgets.pop()))
+        return 0
     seeds = args.seeds or (3 if args.quick else 10)
     budget = args.budget or (2000 if args.quick else 10_000)
     clients = [int(m) for m in (args.clients or ("10" if args.quick else "10,50")).split(",")]

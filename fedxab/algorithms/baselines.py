@@ -44,7 +44,10 @@ from fedxab.algorithms.protocol import (
 from fedxab.domain import as_domain
 from fedxab.errors import ProtocolError
 from fedxab.seeding import stream_word
-from fedxab.validation import check_positive_int
+from fedxab.validation import check_choice, check_positive_int
+
+PARTITIONS = ("per-client", "shared")
+"""Local HCT's ``partitions`` choices (:class:`LocalHCTClient`)."""
 
 
 def local_hct_seed(seed: int, client_id: int) -> int:
@@ -175,7 +178,13 @@ class LocalHCTClient:
 
     HCT is sequential, so ``evaluate`` is called with one point at a time (``T`` calls of one row
     instead of one batch per phase): this baseline costs one Python call per pull in the runner.
-    The HCT seed is :func:`local_hct_seed` of the run seed and the client id.
+
+    ``partitions``: ``"per-client"`` (default, as [PF] ran PyXAB's HCT separately on each client)
+    seeds each client's HCT with :func:`local_hct_seed` of the run seed and the client id, so
+    each client draws its own random partition; ``"shared"`` seeds every client's HCT with the
+    run seed, so all clients use the partition the federated algorithms of the same run use
+    (a paired comparison: the regret differences it shows are the algorithms', not the
+    partitions'). The two are the same algorithm with the same expected regret.
     """
 
     def __init__(
@@ -192,10 +201,12 @@ class LocalHCTClient:
         delta: float | None = None,
         k: int = 2,
         split: str = "random",
+        partitions: str = "per-client",
         seed: int = 0,
     ) -> None:
         self.client_id = client_id
         self.budget = check_positive_int("run.budget", budget)
+        shared = check_choice("algorithm.partitions", partitions, PARTITIONS) == "shared"
         self.hct = HCT(
             domain,
             nu=nu,
@@ -207,7 +218,7 @@ class LocalHCTClient:
             budget=budget,
             k=k,
             split=split,
-            seed=local_hct_seed(seed, client_id),
+            seed=seed if shared else local_hct_seed(seed, client_id),
         )
         self.used = 0
         self._replies: ReplyCache[LocalHCTReport] = ReplyCache()

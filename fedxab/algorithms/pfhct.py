@@ -25,10 +25,12 @@ surviving cells, without re-examining the eliminated ones.
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
   its own objective for its remaining budget, restricted to the cells of ``S^h``
   (``HCT(roots=(h, S^h))``), with the stage-1 statistics of those cells preloaded
-  (:meth:`~fedxab.algorithms.hct.HCT.preload`): ``preload="global"`` (default) the global means
-  with their ``M ceil(tau_h/M)`` samples on the cells where the client's own stage-1 mean agrees
-  with the global one within the two widths (its own samples elsewhere), ``"own"`` the client's
-  own samples, ``"none"`` nothing. Its personalized
+  (:meth:`~fedxab.algorithms.hct.HCT.preload`): ``preload="global"`` (default) the global means,
+  each trusted as far as the heterogeneity measured allows (the handover sends each survivor's
+  mean with the width ``b_h + D_before + d_i``: sampling error, the heterogeneity measured before
+  the last depth, and that node's own at the last depth; the client gives the mean the sample
+  count of that width, where that is more than its own count and its own mean agrees), its own
+  samples elsewhere; ``"own"`` the client's own samples, ``"none"`` nothing. Its personalized
   recommendation is its HCT's ``recommend()`` (before stage 2: the global best node it knows, as
   in PF-PNE).
 
@@ -50,8 +52,8 @@ Stage 2 then inherits HCT's guarantee on the union of the surviving cells. On th
 heterogeneity at the sampled centres.
 
 **Only measured**: that the estimate ``D`` (a lower bound) covers every client's deviation, which
-the proof assumes; that preloading the global statistics where the client's own samples agree with
-them helps (they may be biased for that client by up to the two widths of the agreement test); that
+the proof assumes; that preloading the global statistics with the trust their widths give helps
+(a global mean may be biased for a client beyond its width where ``D`` underestimates); that
 the defaults ``kappa = 1``, ``phi = 0.1``, ``preload="global"`` are good choices (chosen from a
 handful of 3-seed runs on Garland and Himmelblau, M = 10, T = 10^4: ``phi`` from 0.05 to 1, the
 three preloads); and the regret against local HCT, PF-PNE and Fed-PNE
@@ -84,14 +86,19 @@ from fedxab.validation import check_choice, check_positive
 PRELOADS = ("global", "own", "none")
 
 
-def heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float) -> float:
-    """The heterogeneity a depth shows: ``max_{m,i} |mu_{m,i} - mubar_i| - widths``, at least 0.
+def node_heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float) -> np.ndarray:
+    """The heterogeneity each node shows: ``max_m |mu_{m,i} - mubar_i| - widths``, at least 0.
 
     ``local_means`` has one row per client, ``means`` is their average, ``widths`` the sum of a
     local mean's and the global mean's confidence widths.
     """
-    spread = float(np.max(np.abs(np.asarray(local_means) - means))) - widths
-    return max(spread, 0.0)
+    spread = np.max(np.abs(np.asarray(local_means) - means), axis=0)
+    return np.maximum(spread - widths, 0.0)
+
+
+def heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float) -> float:
+    """The heterogeneity a depth shows: the largest of :func:`node_heterogeneity`."""
+    return float(np.max(node_heterogeneity(local_means, means, widths), initial=0.0))
 
 
 def _check_fraction(field: str, value: float) -> float:
@@ -154,6 +161,8 @@ class PFHCTServer(PFPNEServer):
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
         self.heterogeneity = 0.0
         self.heterogeneity_history: list[float] = []
+        self._shown = np.empty(0)  # the last depth's node_heterogeneity
+        self._before = 0.0  # D before the last depth
 
     def _eliminate(
         self, reports: list[PFPNEReport], means: np.ndarray, width: float
@@ -161,10 +170,20 @@ class PFHCTServer(PFPNEServer):
         """Update ``D`` from this depth's reports, then eliminate with slack ``nu rho^h + 2 D``."""
         assert self._current is not None
         local_width = float(self.constants.width(self._current.pulls_per_node))
-        shown = heterogeneity([r.means for r in reports], means, local_width + width)
-        self.heterogeneity = max(self.heterogeneity, shown)
+        self._shown = node_heterogeneity([r.means for r in reports], means, local_width + width)
+        self._before = self.heterogeneity
+        self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown, initial=0.0)))
         self.heterogeneity_history.append(self.heterogeneity)
         return eliminate(means, width, self.constants.slack(self.depth) + 2 * self.heterogeneity)
+
+    def _survivor_widths(
+        self, reports: list[PFPNEReport], means: np.ndarray, width: float
+    ) -> np.ndarray:
+        """How far node i's global mean may be from any one client's mean there:
+        ``b_h + D_before + d_i``, with ``d_i`` the heterogeneity node i showed at this depth and
+        ``D_before`` the estimate ``D`` before this depth (the clients' :meth:`PFHCTClient.
+        _preloaded` trusts a global mean as much as this width allows)."""
+        return width + self._before + self._shown
 
     def _stops_before(self, nodes: np.ndarray, depth: int) -> bool:
         """PF-PNE's rule (``depth > h_max``, budget spent), or the resolution of the last depth is
@@ -245,11 +264,14 @@ class PFHCTClient(PFPNEClient):
     def _preloaded(self, b: PFPNEBroadcast) -> tuple[np.ndarray, np.ndarray]:
         """The sample counts and reward sums stage 2 starts from on the survivors ``S^h``.
 
-        ``"own"``: this client's stage-1 samples. ``"global"``: the global mean with its
-        ``N_h = M ceil(tau_h/M)`` samples (recovered from ``b_h = c sqrt(L/N_h)``) on every cell
-        where this client's own mean agrees with it (``|mu_m - mubar| <= b(n_m) + b_h``, i.e. its
-        local evidence cannot tell its objective from the average there), its own samples on
-        the others.
+        ``"own"``: this client's stage-1 samples. ``"global"``: on a cell where the global mean
+        carries more evidence for this client than its own samples, the global mean with the
+        sample count ``n_g = c^2 L / r^2`` whose HCT width equals the broadcast width ``r =
+        b_h + D_before + d_i`` (:meth:`PFHCTServer._survivor_widths`: how far the global mean may
+        be from this client's mean, sampling error plus measured heterogeneity); with identical
+        clients ``r = b_h`` and ``n_g = M ceil(tau_h/M)``, every client's samples. The global mean
+        is used where ``n_g`` exceeds the client's own count and its own mean agrees with it
+        (``|mu_m - mubar| <= b(n_m) + r``); its own samples elsewhere.
         """
         const = self.constants
         keys = [(b.survivor_depth, int(i)) for i in b.survivors]
@@ -258,10 +280,15 @@ class PFHCTClient(PFPNEClient):
         if self.preload == "own":
             return counts, sums
         own = sums / np.maximum(counts, 1)
-        agree = (counts > 0) & (
-            np.abs(own - b.survivor_means) <= const.width(np.maximum(counts, 1)) + b.survivor_widths
-        )
         n_global = np.rint(const.c**2 * const.log_term / b.survivor_widths**2).astype(np.int64)
+        agree = (
+            (counts > 0)
+            & (n_global > counts)
+            & (
+                np.abs(own - b.survivor_means)
+                <= const.width(np.maximum(counts, 1)) + b.survivor_widths
+            )
+        )
         counts = np.where(agree, n_global, counts)
         return counts, np.where(agree, b.survivor_means * n_global, sums)
 
@@ -288,4 +315,4 @@ class PFHCTClient(PFPNEClient):
         return PFPNEReport(b.phase, self.client_id, True, recommendation=self.recommend())
 
 
-__all__ = ["PFHCTClient", "PFHCTServer", "heterogeneity"]
+__all__ = ["PFHCTClient", "PFHCTServer", "heterogeneity", "node_heterogeneity"]

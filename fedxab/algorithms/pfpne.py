@@ -412,6 +412,12 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         """The survivors mask and best node of the depth just aggregated ([PF] Alg. 1 line 11)."""
         return eliminate(means, width, self.constants.slack(self.depth))
 
+    def _survivor_widths(
+        self, reports: list[PFPNEReport], means: np.ndarray, width: float
+    ) -> np.ndarray:
+        """The widths the survivors' global means are sent with: ``b_h`` for every node."""
+        return np.full(len(means), width)
+
     def _stage_one(self, nodes: np.ndarray, depth: int) -> PFPNEBroadcast:
         m, tau = self.n_clients, self.constants.tau
         if self.skip_levels:  # Fed-PNE's loop (A), never below H0 (P9 option)
@@ -505,7 +511,8 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         )
         self.used += self.phase_length
         kept = self.active[survive]
-        self._survivors = _Survivors(self.depth, kept, means[survive], np.full(len(kept), width))
+        widths = self._survivor_widths(reports, means, width)[survive]
+        self._survivors = _Survivors(self.depth, kept, means[survive], widths)
         return self._descend(children(kept, self.k), self.depth + 1)
 
     def _finish(self, reports: list[PFPNEReport]) -> PFPNEFinished:

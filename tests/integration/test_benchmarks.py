@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import subprocess
 import sys
 
 import pytest
@@ -250,3 +251,20 @@ def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
     rows = [line for line in text.splitlines() if line.startswith(("| garland", "| himmelblau"))]
     assert len(rows) == 4 and all(line.endswith(("| met |", "| not met |")) for line in rows)
     assert "Target met in" in text
+    # --from-json prints the same table from the saved runs, without running
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_personalized.py"), "--from-json",
+         str(tmp_path / "personalized.json")],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    table_and_note = "\n\n".join(text.split("\n\n")[:2])  # without the run count and time
+    assert proc.stdout.strip() == table_and_note
+    # --hct-windows: one row per seed, one mean regret per pull for each window
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_personalized.py"), "--hct-windows", "himmelblau",
+         "--seeds", "1"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| 0 |")]
+    windows = [float(v) for v in row.strip("| ").split(" | ")[1:]]
+    assert len(windows) == 4 and all(v >= 0 for v in windows)

@@ -18,7 +18,7 @@ from fedxab.algorithms.baselines import (
 from fedxab.algorithms.fed1ucb import Fed1UCBServer
 from fedxab.algorithms.hct import HCT
 from fedxab.algorithms.protocol import Finished
-from fedxab.errors import InvalidRewardError, ProtocolError
+from fedxab.errors import ConfigError, InvalidRewardError, ProtocolError
 
 DOMAIN = [[0.0, 1.0], [-1.0, 1.0]]
 
@@ -86,6 +86,17 @@ def test_local_hct_clients_run_standalone_hct_with_their_derived_seed():
     assert not np.array_equal(calls[0][-1][0], calls[1][-1][0])
     # the run's answer is the lowest-id client's recommendation
     assert np.array_equal(finished.recommendation, server.recommendations[0])
+
+
+def test_local_hct_with_shared_partitions_runs_every_client_on_the_run_s_partition():
+    """partitions = "shared": each client's HCT is seeded with the run seed (the partition the
+    federated algorithms of the run use); a bad value names the field."""
+    clients = _local(2, 50, partitions="shared")[1]
+    assert all(c.hct.seed == 5 for c in clients)
+    per_client = _local(2, 50)[1]
+    assert [c.hct.seed for c in per_client] == [local_hct_seed(5, j) for j in range(2)]
+    with pytest.raises(ConfigError, match="algorithm.partitions"):
+        _local(1, 50, partitions="mine")
 
 
 def test_local_hct_communicates_one_broadcast_and_one_report_per_client():

@@ -92,6 +92,51 @@ def test_a_client_within_d_of_the_average_keeps_its_optimal_cell():
     assert server.history[-1].survive.tolist() == [True, True]
 
 
+def test_survivors_are_sent_with_their_sampling_error_plus_the_heterogeneity_measured():
+    """Width of survivor i: b_h + D_before + d_i (D before this depth, d_i: node i's own)."""
+    server = _server(m=2, t=100_000, kappa=1e-6, phi=1.0)
+    b = server.start()
+    local, glob = _widths(server, b)
+    spread = local + glob + 0.1  # node 1 shows d = 0.1, node 2 none
+    b = _report_depth(server, [[0.5 + spread, 0.5], [0.5 - spread, 0.5]])
+    assert b.survivor_widths == pytest.approx([glob + 0.1, glob])
+    local, glob = _widths(server, b)
+    b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)  # depth 2 shows none
+    assert b.survivor_widths == pytest.approx([glob + 0.1] * 4)
+
+
+def _client_with_samples(counts, means, preload="global"):
+    """A PF-HCT client that sampled the depth-1 cells ``counts`` times with these means."""
+    client = PFHCTClient(0, DOMAIN, n_clients=10, budget=10_000, preload=preload)
+    for i, (n, mu) in enumerate(zip(counts, means, strict=True), start=1):
+        client._count[(1, i)], client._sum[(1, i)] = n, n * mu
+    return client
+
+
+def _handover(means, widths):
+    nodes = np.array([1, 2])
+    return PFPNEBroadcast(3, 1, np.empty(0, np.int64), 0, 1, nodes, np.array(means),
+                          np.array(widths), final=True)  # fmt: skip
+
+
+def test_a_client_trusts_a_global_mean_as_far_as_its_width_allows():
+    client = _client_with_samples([4, 4], [0.50, 0.52])
+    const = client.constants
+    exact = const.width(40)  # identical clients: b_h of M = 10 clients' 4 samples each
+    counts, sums = client._preloaded(_handover([0.51, 0.51], [exact, exact]))
+    assert counts.tolist() == [40, 40] and sums == pytest.approx([0.51 * 40] * 2)
+    # a width the heterogeneity widened to the client's own sampling error: its own samples
+    wide = const.width(4)
+    counts, sums = client._preloaded(_handover([0.51, 0.51], [wide, exact]))
+    assert counts.tolist() == [4, 40] and sums == pytest.approx([2.0, 0.51 * 40])
+    # its own mean disagrees beyond both widths: its own samples
+    far = 0.52 + const.width(4) + exact + 0.01
+    counts, _ = client._preloaded(_handover([0.51, far], [exact, exact]))
+    assert counts.tolist() == [40, 4]
+    own = _client_with_samples([4, 4], [0.50, 0.52], preload="own")
+    assert own._preloaded(_handover([0.51, 0.51], [exact, exact]))[0].tolist() == [4, 4]
+
+
 # ----------------------------------------------------------------------------- handover rules
 def test_large_heterogeneity_at_depth_one_hands_over_at_once_to_plain_hct():
     server = _server(m=2, t=1000)
