@@ -48,7 +48,7 @@ from fedxab.agents.supervise import supervised
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
-from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
+from fedxab.broker.codec import SERVER, client_sender, encode_envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.mirror import budget_record, end_record, release_record
@@ -160,15 +160,9 @@ class ClientAgent:
         return self.signer.seal(envelope_bytes, m, self.session)
 
     def _envelope(self, kind: str, m: int, phase: int, msg_id: str, payload: bytes) -> bytes:
-        envelope = Envelope(
-            run_id=self.run_id,
-            kind=kind,
-            phase=phase,
-            sender=client_sender(m),
-            msg_id=msg_id,
-            payload=payload,
-            sent_at=time.time(),
-        ).encode()
+        envelope = encode_envelope(
+            self.run_id, kind, phase, client_sender(m), msg_id, payload, time.time()
+        )
         return self._seal(envelope, m)
 
     def decode(self, record: Record) -> Any | None:
