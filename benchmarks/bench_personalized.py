@@ -60,15 +60,20 @@ WITHIN = 1.2
 """Everywhere PF-HCT must be within this factor of local HCT."""
 
 
+def _objective(function: str) -> Any:
+    """The noiseless objective of a grid function (``FUNCTIONS``)."""
+    from fedxab.objectives.registry import make_objective
+
+    params = {k: v for k, v in FUNCTIONS[function].items() if k != "name"}
+    return make_objective(FUNCTIONS[function]["name"], **params)
+
+
 def _federation(function: str, level: str, clients: int) -> dict[str, Any]:
     """The ``[federation]`` section of a cell: shift scale = multiple x 0.05 x range."""
     multiple = LEVELS[level]
     if multiple is None:
         return {"clients": clients, "heterogeneity": "none"}
-    from fedxab.objectives.registry import make_objective
-
-    params = {k: v for k, v in FUNCTIONS[function].items() if k != "name"}
-    domain = make_objective(FUNCTIONS[function]["name"], **params).domain
+    domain = _objective(function).domain
     width = float(domain[0, 1] - domain[0, 0])  # every coordinate of these has the same range
     scale = multiple * 0.05 * width
     return {"clients": clients, "heterogeneity": "shift", "heterogeneity_scale": scale}
@@ -160,10 +165,8 @@ def hct_windows(function: str, seed: int) -> list[float]:
     its mean per-pull regret over each window. Flat windows mean more samples of the same
     function would not lower HCT's regret per pull: pooling clients' samples cannot help."""
     from fedxab.algorithms.hct import HCT
-    from fedxab.objectives.registry import make_objective
 
-    params = {k: v for k, v in FUNCTIONS[function].items() if k != "name"}
-    f = make_objective(FUNCTIONS[function]["name"], **params)
+    f = _objective(function)
     hct = HCT(f.domain, **PNE, budget=WINDOWS[-1], seed=seed)
     noise = np.random.default_rng(seed).uniform(-0.1, 0.1, WINDOWS[-1])
     regret = np.empty(WINDOWS[-1])

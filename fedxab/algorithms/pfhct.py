@@ -201,8 +201,9 @@ class PFHCTClient(PFPNEClient):
     HCT restricted to the survivors with the whole remaining budget.
 
     ``preload``: what its HCT starts from on the surviving cells (:meth:`_preloaded`):
-    ``"global"`` (default) the global means and sample counts of the handover broadcast where
-    its own samples agree with them, ``"own"`` its own stage-1 samples, ``"none"`` nothing.
+    ``"global"`` (default) the global means of the handover broadcast, each with the sample
+    count its width allows, where that beats its own samples and they agree; ``"own"`` its own
+    stage-1 samples; ``"none"`` nothing.
     :attr:`hct` is the stage-2 HCT (``None`` before).
     """
 
