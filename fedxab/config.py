@@ -586,6 +586,13 @@ class AgentsConfig(Section):
     leaving, a ledger record) before it gives up on the clients it has not heard from."""
     status_interval_s: float = 30.0
     """Seconds between the server's warnings naming the clients an open phase still waits for."""
+    inline_answer_s: float = 0.05
+    """A client agent computes its clients' answers to a broadcast on its event loop while its
+    last answer took less than this many seconds, and in a worker thread otherwise (the first
+    answer too): a thread keeps the heartbeats and the broker client going during a slow black
+    box, but each answer then costs a thread hand-off, and the thread's memory comes from its
+    own allocator arena, which the C library returns to the system between phases and the
+    next phase faults in again. 0: always in a thread."""
 
     def _check(self) -> None:
         for name in (
@@ -599,6 +606,12 @@ class AgentsConfig(Section):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"agents.{name}", f"must be a number of seconds > 0, got {value}")
+        if self.inline_answer_s < 0:
+            raise ConfigError(
+                "agents.inline_answer_s",
+                f"must be a number of seconds >= 0 (0: always in a thread), "
+                f"got {self.inline_answer_s}",
+            )
         if not 0 < self.quorum <= 1:
             raise ConfigError(
                 "agents.quorum", f"must be a fraction of the clients in (0, 1], got {self.quorum}"

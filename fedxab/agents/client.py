@@ -3,9 +3,11 @@
 One agent (one process, or one task in ``fedxab run``) hosts any number of clients; it reads the
 broadcast topic once for all of them. For every broadcast it runs each hosted client's state
 machine (``client.answer(broadcast, evaluate)``) in an executor thread, so a slow black box never
-blocks the event loop (heartbeats go on), then publishes, per client, the report (report topic,
-key = client id). The regret telemetry of the pulls (control topic) goes out in batches: one
-message per client at most every ``[agents] telemetry_interval_s``, and at the end.
+blocks the event loop (heartbeats go on), or on the loop itself while the last answer took less
+than ``[agents] inline_answer_s`` (cheap black boxes: no thread hand-off), then publishes, per
+client, the report (report topic, key = client id). The regret telemetry of the pulls (control
+topic) goes out in batches: one message per client at most every ``[agents]
+telemetry_interval_s``, and at the end.
 
 Restart: the broadcast topic is read from its beginning, without a consumer group. A restarted
 agent therefore rebuilds every hosted client by replaying all past broadcasts: the clients pull
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -111,6 +114,8 @@ class ClientAgent:
         only their epsilon, beside a server agent that exports the rest)."""
         self.heartbeat_s = config.agents.heartbeat_s
         self.executor = executor
+        self.inline_answer_s = config.agents.inline_answer_s
+        self._last_answer_s = math.inf  # the first answer goes to the thread
         self.algorithm = config.algorithm.name
         parts = build_run(
             config,
@@ -232,8 +237,9 @@ class ClientAgent:
         return None
 
     def answer_all(self, broadcast: Any) -> list[tuple[int, Any]]:
-        """Every hosted client's report for ``broadcast`` (runs in a thread); the telemetry of
-        the pulls waits in :attr:`_unsent` for the next flush."""
+        """Every hosted client's report for ``broadcast`` (in a thread or on the loop:
+        :meth:`_answer`); the telemetry of the pulls waits in :attr:`_unsent` for the next
+        flush."""
         phase = int(broadcast.phase)
         out = []
         for m in self.clients:
@@ -254,7 +260,7 @@ class ClientAgent:
         return out
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Add one client's new pulls to the agent's regret view (in the executor thread), if
+        """Add one client's new pulls to the agent's regret view (in :meth:`answer_all`), if
         its observer wants the regret (not beside a server agent, which has the whole view)."""
         self._evaluations += telemetry.count
         if telemetry.count == 0 or not self.observer.wants_regret:
@@ -450,9 +456,21 @@ class ClientAgent:
         last_phase, sent_at = self._sent
         return phase == last_phase and time.monotonic() - sent_at < self.rebroadcast_s
 
+    async def _answer(self, msg: Any) -> list[tuple[int, Any]]:
+        """:meth:`answer_all`, on the event loop if the last answer took less than
+        ``inline_answer_s``, else in the executor thread (the first answer, and a slow black
+        box, whose evaluations must not stop the heartbeats and the broker client)."""
+        t0 = time.perf_counter()
+        if self._last_answer_s < self.inline_answer_s:
+            answers = self.answer_all(msg)
+        else:
+            loop = asyncio.get_running_loop()
+            answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
+        self._last_answer_s = time.perf_counter() - t0
+        return answers
+
     async def _answer_broadcasts(self) -> None:
         """Answer the run's broadcasts until the server's final answer."""
-        loop = asyncio.get_running_loop()
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         try:
             replay_until = max((await sub.end_offsets()).values(), default=0) - 1
@@ -475,7 +493,7 @@ class ClientAgent:
                     self.counts["broadcasts_repeat_skipped"] += 1
                     continue
                 self._opened = time.perf_counter()
-                answers = await loop.run_in_executor(self.executor, self.answer_all, msg)
+                answers = await self._answer(msg)
                 await self._mirror_ledger()
                 if live:
                     bytes_up = await self._send(answers, int(msg.phase))

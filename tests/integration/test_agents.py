@@ -389,3 +389,56 @@ def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
     assert broker.lost == 1 and server.counts["broadcast_repeated"] >= 1
     assert server.left == set(range(6))
     assert _without_time(record) == _in_process(config)
+
+
+@pytest.mark.parametrize(
+    ("inline_answer_s", "expected"),
+    [
+        (3600.0, ["thread", "loop", "loop", "loop"]),  # fast answers: on the loop after the first
+        (0.0, ["thread"] * 4),  # 0: always in a thread
+    ],
+)
+def test_a_client_agent_answers_on_its_loop_while_its_answers_are_fast(
+    monkeypatch, inline_answer_s, expected
+):
+    """``[agents] inline_answer_s``: the first answer goes to the executor thread; later ones
+    run on the event loop while the last one took less than the limit. Where an answer runs
+    changes nothing in the results."""
+    import threading
+
+    where: list[str] = []
+    answer_all = ClientAgent.answer_all
+
+    def recording(self, broadcast):
+        main = threading.current_thread() is threading.main_thread()
+        where.append("loop" if main else "thread")
+        return answer_all(self, broadcast)
+
+    monkeypatch.setattr(ClientAgent, "answer_all", recording)
+    config = _config(inline_answer_s=inline_answer_s)
+    record = asyncio.run(run_on_broker(config, SEED, MemoryBroker()))
+    assert where[:4] == expected and len(where) == record.communication["rounds"]
+    assert _without_time(record) == _in_process(config)
+
+
+def test_a_slow_answer_sends_the_next_one_back_to_the_thread(monkeypatch):
+    """An answer that took at least ``inline_answer_s`` (a slow black box) makes the next one
+    run in the thread again, where it cannot stop the heartbeats and the broker client."""
+    import threading
+    import time
+
+    where: list[str] = []
+    answer_all = ClientAgent.answer_all
+
+    def slow_third(self, broadcast):
+        main = threading.current_thread() is threading.main_thread()
+        where.append("loop" if main else "thread")
+        if len(where) == 3:
+            time.sleep(0.06)
+        return answer_all(self, broadcast)
+
+    monkeypatch.setattr(ClientAgent, "answer_all", slow_third)
+    config = _config(inline_answer_s=0.05)
+    record = asyncio.run(run_on_broker(config, SEED, MemoryBroker()))
+    assert where[:5] == ["thread", "loop", "loop", "thread", "loop"]
+    assert _without_time(record) == _in_process(config)

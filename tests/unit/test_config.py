@@ -330,3 +330,21 @@ def test_the_extreme_settings_still_taken_run(data):
     else:
         results = run_job(config.with_broker_url("inprocess://"))
     assert results.runs[0].evaluations == 300 * (2 if config.federation else 1)
+
+
+@pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf")])
+def test_inline_answer_s_must_be_seconds_at_least_zero(value):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {
+                "algorithm": {"name": "fedpne"},
+                "federation": {"clients": 2},
+                "agents": {"inline_answer_s": value},
+            }
+        )
+    assert info.value.field == "agents.inline_answer_s"
+    assert ("0: always in a thread" if value < 0 else "finite") in str(info.value)
+    config = config_from_dict(
+        {"algorithm": {"name": "fedpne"}, "federation": {"clients": 2}, "agents": {}}
+    )
+    assert config.agents.inline_answer_s == 0.05
