@@ -6,9 +6,9 @@ U(-0.1, 0.1), as in ``fedxab reproduce pfpne-*``), input-shift heterogeneity lev
 experiments'; ``5x``: five times that) and number of clients M, this script runs PF-HCT, local HCT,
 PF-PNE (``Delta = 0.01``) and Fed-PNE (all with the practical preset, ``nu = 1``, ``rho = 0.5``)
 for ``--seeds`` seeds, and prints a markdown table of the mean +- std over seeds of the local
-cumulative regret at T (averaged over the clients), the ratio PF-HCT / local HCT, and whether
-the issue's target holds in that cell: ratio < 1 where clients are similar (levels ``none`` and
-``paper``), ratio <= 1.2 everywhere.
+cumulative regret at T (averaged over the clients), the ratio PF-HCT / local HCT with its 95%
+confidence interval (:func:`paired_ratio`), and whether the issue's target holds in that cell:
+ratio < 1 where clients are similar (levels ``none`` and ``paper``), ratio <= 1.2 everywhere.
 
 Local HCT runs with ``partitions = "shared"``: every client's HCT uses the run's partition of the
 domain, the one the federated algorithms of the same run use, so the comparison is paired (the
@@ -17,20 +17,21 @@ partitions the seed-to-seed differences would mix the algorithms' with the parti
 
 Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T]
 [--clients 10,50] [--functions garland,...] [--levels none,paper,5x] [--jobs N] [--quick]
-[--json PATH] [--from-json PATH ...] [--hct-windows FUNCTION]``.
+[--json PATH] [--from-json PATH ...] [--pooled-hct FUNCTION]``.
 
 - ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly overrides it). The
   full grid (10 seeds, T = 10^4, M = 10 and 50) takes about 50 min on two cores, ``--jobs 2``.
 - ``--from-json``: print the table of runs saved by ``--json`` (e.g. the M = 10 and M = 50
   halves of the grid, run separately), without running.
-- ``--hct-windows FUNCTION``: HCT's mean regret per pull over windows of 10^5 pulls
-  (:func:`hct_windows`), which shows whether more samples could help on that function at all.
+- ``--pooled-hct FUNCTION``: an idealised reference for identical clients, per seed: one HCT
+  tree fed every client's pulls, each client charged an M-th of its regret, against HCT alone
+  (:func:`pooled_hct`): how much pooling the clients' samples can lower HCT's regret on that
+  function at all (``--clients``: one M, default 10; ``--seeds``: default 10).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -106,19 +107,39 @@ def run_one(task: tuple[str, str, int, str, int, int]) -> dict[str, Any]:
     }
 
 
+def paired_ratio(pfhct: dict[int, float], local: dict[int, float]) -> tuple[float, float, float]:
+    """PF-HCT / local HCT over the seeds both ran (``{seed: regret}``), and a 95% confidence
+    interval for it: the seeds' paired differences (same seed, same partition, same clients),
+    their mean's t interval (Student, n - 1 degrees of freedom), divided by local HCT's mean
+    regret (taken as exact). An interval that holds 1 means the seeds do not tell the two
+    apart."""
+    from scipy import stats
+
+    seeds = sorted(set(pfhct) & set(local))
+    diff = np.array([pfhct[s] - local[s] for s in seeds])
+    base = float(np.mean([local[s] for s in seeds]))
+    half = float(stats.t.ppf(0.975, len(seeds) - 1) * diff.std(ddof=1) / np.sqrt(len(seeds)))
+    mean = float(diff.mean())
+    return 1 + mean / base, 1 + (mean - half) / base, 1 + (mean + half) / base
+
+
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (function, level, M): mean and std per algorithm, ratio, target verdict."""
-    cells: dict[tuple[str, str, int], dict[str, list[float]]] = {}
+    """One row per (function, level, M): mean and std per algorithm, ratio with its paired
+    95% interval, target verdict (on the ratio of the means, as the issue states it)."""
+    cells: dict[tuple[str, str, int], dict[str, dict[int, float]]] = {}
     for r in runs:
         key = (r["function"], r["level"], r["clients"])
-        cells.setdefault(key, {}).setdefault(r["algorithm"], []).append(r["regret"])
+        cells.setdefault(key, {}).setdefault(r["algorithm"], {})[r["seed"]] = r["regret"]
     rows = []
     order = {name: i for i, name in enumerate([*FUNCTIONS, *LEVELS])}
     for (function, level, clients), by_alg in sorted(
         cells.items(), key=lambda cell: (order[cell[0][0]], order[cell[0][1]], cell[0][2])
     ):
-        stats = {a: (float(np.mean(v)), float(np.std(v))) for a, v in by_alg.items()}
-        ratio = stats["pfhct"][0] / stats["local-hct"][0]
+        stats = {
+            a: (float(np.mean(list(v.values()))), float(np.std(list(v.values()))))
+            for a, v in by_alg.items()
+        }
+        ratio, low, high = paired_ratio(by_alg["pfhct"], by_alg["local-hct"])
         bound = 1.0 if level in SIMILAR else WITHIN
         met = ratio < bound if level in SIMILAR else ratio <= bound
         rows.append(
@@ -128,6 +149,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "clients": clients,
                 "regret": {a: {"mean": m, "std": s} for a, (m, s) in stats.items()},
                 "ratio": ratio,
+                "ratio_95": [low, high],
                 "target": f"< {bound:g}" if level in SIMILAR else f"<= {bound:g}",
                 "met": bool(met),
             }
@@ -137,7 +159,8 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(rows: list[dict[str, Any]], seeds: int, budget: int) -> str:
     names = list(ALGORITHMS)
-    head = ["function", "heterogeneity", "M", *names, "PF-HCT / local HCT", "target", "met"]
+    head = ["function", "heterogeneity", "M", *names, "PF-HCT / local HCT", "95% CI", "target"]
+    head.append("met")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r['regret'][a]['mean']:.0f} ± {r['regret'][a]['std']:.0f}" for a in names]
@@ -145,45 +168,51 @@ def markdown(rows: list[dict[str, Any]], seeds: int, budget: int) -> str:
         lines.append(
             f"| {r['function']} | {r['level']} | {r['clients']} | "
             + " | ".join(cells)
-            + f" | {r['ratio']:.2f} | {r['target']} | {verdict} |"
+            + f" | {r['ratio']:.2f} | {r['ratio_95'][0]:.2f}–{r['ratio_95'][1]:.2f}"
+            + f" | {r['target']} | {verdict} |"
         )
     met = sum(r["met"] for r in rows)
     lines.append("")
     lines.append(
         f"Local cumulative regret at T = {budget} (mean ± std over {seeds} seeds, averaged over "
-        f"the clients). Target met in {met} of {len(rows)} cells."
+        f"the clients); 95% CI: the ratio's paired confidence interval over the seeds "
+        f"(`paired_ratio`). Target met in {met} of {len(rows)} cells."
     )
     return "\n".join(lines)
 
 
-WINDOWS = (0, 1_000, 10_000, 30_000, 100_000)
-"""The windows of pulls ``--hct-windows`` reports HCT's mean per-pull regret over."""
-
-
-def hct_windows(function: str, seed: int) -> list[float]:
-    """One HCT run of ``WINDOWS[-1]`` pulls on ``function`` (the grid's noise and constants):
-    its mean per-pull regret over each window. Flat windows mean more samples of the same
-    function would not lower HCT's regret per pull: pooling clients' samples cannot help."""
+def pooled_hct(function: str, seed: int, clients: int, budget: int) -> tuple[float, float]:
+    """Identical clients, idealised: one HCT run of ``clients * budget`` pulls on ``function``
+    (the grid's noise and constants), as if every client's pulls fed one tree; returns HCT's
+    cumulative regret after ``budget`` pulls (one client alone) and an M-th of it after all
+    the pulls (each client's share of the pooled run). Their ratio is what pooling samples can
+    do for HCT on that function, without the federated algorithms' costs (communication
+    rounds, uniform sampling, raw rewards kept private)."""
     from fedxab.algorithms.hct import HCT
 
     f = _objective(function)
-    hct = HCT(f.domain, **PNE, budget=WINDOWS[-1], seed=seed)
-    noise = np.random.default_rng(seed).uniform(-0.1, 0.1, WINDOWS[-1])
-    regret = np.empty(WINDOWS[-1])
-    for t in range(WINDOWS[-1]):
+    pulls = clients * budget
+    hct = HCT(f.domain, **PNE, budget=pulls, seed=seed)
+    noise = np.random.default_rng(seed).uniform(-0.1, 0.1, pulls)
+    regret = np.empty(pulls)
+    for t in range(pulls):
         x = hct.ask()
         value = float(f(x[None, :])[0])
         hct.tell(x, value + noise[t])
         regret[t] = f.optimum_value - value
-    return [float(regret[a:b].mean()) for a, b in itertools.pairwise(WINDOWS)]
+    return float(regret[:budget].sum()), float(regret.sum() / clients)
 
 
-def print_hct_windows(function: str, seeds: int) -> None:
-    head = " | ".join(f"[{a:,}, {b:,})" for a, b in itertools.pairwise(WINDOWS))
-    print(f"HCT on {function}: mean regret per pull over the pulls\n")
-    print(f"| seed | {head} |\n|" + "---|" * len(WINDOWS))
+def print_pooled_hct(function: str, seeds: int, clients: int, budget: int) -> None:
+    alone, pooled = {}, {}
+    print(f"HCT on {function}, T = {budget:,}: alone, and pooled over M = {clients}\n")
+    print("| seed | alone | pooled / M | ratio |\n|---|---|---|---|")
     for seed in range(seeds):
-        print(f"| {seed} | " + " | ".join(f"{v:.3f}" for v in hct_windows(function, seed)) + " |")
+        alone[seed], pooled[seed] = pooled_hct(function, seed, clients, budget)
+        ratio = pooled[seed] / alone[seed]
+        print(f"| {seed} | {alone[seed]:.0f} | {pooled[seed]:.0f} | {ratio:.2f} |")
+    ratio, low, high = paired_ratio(pooled, alone)
+    print(f"\nmean pooled / mean alone: {ratio:.2f} (95% CI {low:.2f}–{high:.2f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,15 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         "--from-json", type=Path, nargs="+", help="print the table of runs saved by --json"
     )
     parser.add_argument(
-        "--hct-windows",
+        "--pooled-hct",
         metavar="FUNCTION",
-        help="print HCT's mean regret per pull over windows of 10^5 pulls on FUNCTION, per seed",
+        help="print HCT alone against one HCT fed M clients' pulls on FUNCTION, per seed",
     )
     args = parser.parse_args(argv)
-    if args.hct_windows:
-        if args.hct_windows not in FUNCTIONS:
-            parser.error(f"unknown function {args.hct_windows!r}; allowed: {', '.join(FUNCTIONS)}")
-        print_hct_windows(args.hct_windows, args.seeds or 2)
+    if args.pooled_hct:
+        if args.pooled_hct not in FUNCTIONS:
+            parser.error(f"unknown function {args.pooled_hct!r}; allowed: {', '.join(FUNCTIONS)}")
+        clients = int(args.clients or 10)
+        print_pooled_hct(args.pooled_hct, args.seeds or 10, clients, args.budget or 10_000)
         return 0
     if args.from_json:
         saved = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]

@@ -232,7 +232,8 @@ def test_dashboard_benchmark_measures_cost_and_page_load(tmp_path) -> None:
 
 def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
     """``bench_personalized.py`` (issue 20) at a tiny size: one row per cell with every
-    algorithm's mean and std, the PF-HCT / local HCT ratio and a verdict against the target."""
+    algorithm's mean and std, the PF-HCT / local HCT ratio with its paired 95% interval and a
+    verdict against the target."""
     data, text = run_bench(
         "bench_personalized.py",
         *("--seeds", "2", "--budget", "150", "--clients", "3"),
@@ -246,6 +247,8 @@ def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
         assert set(regret) == {"pfhct", "local-hct", "pfpne", "fedpne"}
         assert all(math.isfinite(v["mean"]) and v["std"] >= 0 for v in regret.values())
         assert row["ratio"] == pytest.approx(regret["pfhct"]["mean"] / regret["local-hct"]["mean"])
+        low, high = row["ratio_95"]
+        assert low <= row["ratio"] <= high
         assert row["target"] == ("< 1" if row["level"] == "none" else "<= 1.2")
         assert isinstance(row["met"], bool)
     rows = [line for line in text.splitlines() if line.startswith(("| garland", "| himmelblau"))]
@@ -259,12 +262,19 @@ def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
     )  # fmt: skip
     table_and_note = "\n\n".join(text.split("\n\n")[:2])  # without the run count and time
     assert proc.stdout.strip() == table_and_note
-    # --hct-windows: one row per seed, one mean regret per pull for each window
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_personalized.py"), "--hct-windows", "himmelblau",
-         "--seeds", "1"],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| 0 |")]
-    windows = [float(v) for v in row.strip("| ").split(" | ")[1:]]
-    assert len(windows) == 4 and all(v >= 0 for v in windows)
+    # --pooled-hct: per seed, HCT alone and an M-th of one HCT fed M clients' pulls; with
+    # M = 1 the two are the same run, so every ratio is exactly 1
+    for clients in ("1", "3"):
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / "bench_personalized.py"), "--pooled-hct", "himmelblau",
+             "--seeds", "2", "--clients", clients, "--budget", "200"],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        rows = [line.strip("| ").split(" | ") for line in proc.stdout.splitlines()]
+        rows = [r for r in rows if r[0] in ("0", "1")]
+        assert len(rows) == 2 and all(
+            float(alone) > 0 and float(ratio) > 0 for _, alone, _, ratio in rows
+        )
+        if clients == "1":
+            assert all(alone == pooled for _, alone, pooled, _ in rows)
+        assert "mean pooled / mean alone: " in proc.stdout
