@@ -592,7 +592,10 @@ class AgentsConfig(Section):
     answer too): a thread keeps the heartbeats and the broker client going during a slow black
     box, but each answer then costs a thread hand-off, and the thread's memory comes from its
     own allocator arena, which the C library returns to the system between phases and the
-    next phase faults in again. 0: always in a thread."""
+    next phase faults in again. An answer much slower than the last one (PF-HCT hands each
+    client its whole remaining budget in one answer) still runs on the loop once, blocking it
+    that long: set 0 (always in a thread) where the loop must never block, e.g. a server agent
+    in the same process that joins a consumer group (``[broker] join_groups``)."""
 
     def _check(self) -> None:
         for name in (
