@@ -391,6 +391,26 @@ def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
     assert _without_time(record) == _in_process(config)
 
 
+def _where_answers_run(monkeypatch, slow_answer: int | None = None) -> list[str]:
+    """Records where each ``ClientAgent.answer_all`` runs: ``"loop"`` (the main thread, the
+    event loop's) or ``"thread"``; the ``slow_answer``-th (1-based) first sleeps 0.6 s."""
+    import threading
+    import time
+
+    where: list[str] = []
+    answer_all = ClientAgent.answer_all
+
+    def recording(self, broadcast):
+        main = threading.current_thread() is threading.main_thread()
+        where.append("loop" if main else "thread")
+        if len(where) == slow_answer:
+            time.sleep(0.6)
+        return answer_all(self, broadcast)
+
+    monkeypatch.setattr(ClientAgent, "answer_all", recording)
+    return where
+
+
 @pytest.mark.parametrize(
     ("inline_answer_s", "expected"),
     [
@@ -404,17 +424,7 @@ def test_a_client_agent_answers_on_its_loop_while_its_answers_are_fast(
     """``[agents] inline_answer_s``: the first answer goes to the executor thread; later ones
     run on the event loop while the last one took less than the limit. Where an answer runs
     changes nothing in the results."""
-    import threading
-
-    where: list[str] = []
-    answer_all = ClientAgent.answer_all
-
-    def recording(self, broadcast):
-        main = threading.current_thread() is threading.main_thread()
-        where.append("loop" if main else "thread")
-        return answer_all(self, broadcast)
-
-    monkeypatch.setattr(ClientAgent, "answer_all", recording)
+    where = _where_answers_run(monkeypatch)
     config = _config(inline_answer_s=inline_answer_s)
     record = asyncio.run(run_on_broker(config, SEED, MemoryBroker()))
     assert where[:4] == expected and len(where) == record.communication["rounds"]
@@ -424,21 +434,8 @@ def test_a_client_agent_answers_on_its_loop_while_its_answers_are_fast(
 def test_a_slow_answer_sends_the_next_one_back_to_the_thread(monkeypatch):
     """An answer that took at least ``inline_answer_s`` (a slow black box) makes the next one
     run in the thread again, where it cannot stop the heartbeats and the broker client."""
-    import threading
-    import time
-
-    where: list[str] = []
-    answer_all = ClientAgent.answer_all
-
-    def slow_third(self, broadcast):
-        main = threading.current_thread() is threading.main_thread()
-        where.append("loop" if main else "thread")
-        if len(where) == 3:
-            time.sleep(0.06)
-        return answer_all(self, broadcast)
-
-    monkeypatch.setattr(ClientAgent, "answer_all", slow_third)
-    config = _config(inline_answer_s=0.05)
+    where = _where_answers_run(monkeypatch, slow_answer=3)
+    config = _config(inline_answer_s=0.5)
     record = asyncio.run(run_on_broker(config, SEED, MemoryBroker()))
     assert where[:5] == ["thread", "loop", "loop", "thread", "loop"]
     assert _without_time(record) == _in_process(config)
