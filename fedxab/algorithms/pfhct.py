@@ -96,11 +96,6 @@ def node_heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float
     return np.maximum(spread - widths, 0.0)
 
 
-def heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float) -> float:
-    """The heterogeneity a depth shows: the largest of :func:`node_heterogeneity`."""
-    return float(np.max(node_heterogeneity(local_means, means, widths), initial=0.0))
-
-
 def _check_fraction(field: str, value: float) -> float:
     v = check_positive(field, value)
     if v > 1.0:
@@ -176,9 +171,7 @@ class PFHCTServer(PFPNEServer):
         self.heterogeneity_history.append(self.heterogeneity)
         return eliminate(means, width, self.constants.slack(self.depth) + 2 * self.heterogeneity)
 
-    def _survivor_widths(
-        self, reports: list[PFPNEReport], means: np.ndarray, width: float
-    ) -> np.ndarray:
+    def _survivor_widths(self, means: np.ndarray, width: float) -> np.ndarray:
         """How far node i's global mean may be from any one client's mean there:
         ``b_h + D_before + d_i``, with ``d_i`` the heterogeneity node i showed at this depth and
         ``D_before`` the estimate ``D`` before this depth (the clients' :meth:`PFHCTClient.
@@ -316,4 +309,4 @@ class PFHCTClient(PFPNEClient):
         return PFPNEReport(b.phase, self.client_id, True, recommendation=self.recommend())
 
 
-__all__ = ["PFHCTClient", "PFHCTServer", "heterogeneity", "node_heterogeneity"]
+__all__ = ["PFHCTClient", "PFHCTServer", "node_heterogeneity"]

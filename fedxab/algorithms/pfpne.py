@@ -412,9 +412,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         """The survivors mask and best node of the depth just aggregated ([PF] Alg. 1 line 11)."""
         return eliminate(means, width, self.constants.slack(self.depth))
 
-    def _survivor_widths(
-        self, reports: list[PFPNEReport], means: np.ndarray, width: float
-    ) -> np.ndarray:
+    def _survivor_widths(self, means: np.ndarray, width: float) -> np.ndarray:
         """The widths the survivors' global means are sent with: ``b_h`` for every node."""
         return np.full(len(means), width)
 
@@ -511,7 +509,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         )
         self.used += self.phase_length
         kept = self.active[survive]
-        widths = self._survivor_widths(reports, means, width)[survive]
+        widths = self._survivor_widths(means, width)[survive]
         self._survivors = _Survivors(self.depth, kept, means[survive], widths)
         return self._descend(children(kept, self.k), self.depth + 1)
 

@@ -7,7 +7,7 @@ import pytest
 
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.hct import HCT
-from fedxab.algorithms.pfhct import PFHCTClient, PFHCTServer, heterogeneity
+from fedxab.algorithms.pfhct import PFHCTClient, PFHCTServer, node_heterogeneity
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEFinished, PFPNEReport
 from fedxab.algorithms.pne import PNEConstants, children
 from fedxab.algorithms.registry import decode_broadcast, decode_report, make_federation
@@ -35,11 +35,11 @@ def _widths(server, b):
 
 
 # ---------------------------------------------------------------------- heterogeneity estimate
-def test_heterogeneity_is_the_largest_deviation_beyond_the_widths_clipped_at_zero():
+def test_heterogeneity_is_each_nodes_largest_deviation_beyond_the_widths_clipped_at_zero():
     local = np.array([[0.5, 0.2], [0.1, 0.2]])
     mean = local.mean(axis=0)  # [0.3, 0.2]: deviations 0.2 and 0
-    assert heterogeneity(local, mean, 0.05) == pytest.approx(0.15)
-    assert heterogeneity(local, mean, 0.3) == 0.0
+    np.testing.assert_allclose(node_heterogeneity(local, mean, 0.05), [0.15, 0.0])
+    np.testing.assert_array_equal(node_heterogeneity(local, mean, 0.3), [0.0, 0.0])
 
 
 def test_the_server_keeps_a_running_max_of_the_measured_heterogeneity():
