@@ -16,7 +16,9 @@ room:
 (fedxab's extension, used by PF-HCT's local stage): the root is then created with those cells as
 its children (instead of its ``k`` children), is never pulled and always passed through, and the
 tree below each cell grows as usual; :meth:`HCT.preload` gives those cells samples made before the
-run. With ``roots=None`` (default) HCT is exactly the papers' algorithm.
+run. :meth:`HCT.warm_start` instead gives any cells of the unrestricted tree samples made before
+the run, growing the tree down to them (PF-HCT's default local stage). With ``roots=None`` and no
+warm start (the defaults) HCT is exactly the papers' algorithm.
 
 Only the pulled node's statistics change on a pull (not its ancestors'), and statistics are a
 running count and sum per node, never a list of rewards. Per-round cost is O(depth), plus an
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -301,6 +303,34 @@ class HCT:
             self.count[node], self.total[node] = n_node, total
             if n_node and n_node >= self._taus[self.depth[node]] and self.child0[node] < 0:
                 self._expand(node)
+
+    def warm_start(self, stats: Mapping[tuple[int, int], tuple[int, float]]) -> None:
+        """Give cells ``(h, i)`` of the partition ``stats[(h, i)] = (count, reward sum)`` of
+        samples made before the run (PF-HCT's stage 1); only before the first :meth:`ask`, on
+        an unrestricted tree. The tree grows down to every such cell: a node is expanded when a
+        descendant has samples, or when it has enough samples itself (the rule of :meth:`tell`).
+        U and B are computed at the first ask's refresh."""
+        if self.t or self._pending:
+            raise ValueError("warm_start() must come before the first ask()")
+        if self._top_depth != 1 or self._top_count != self.k:
+            raise ValueError("warm_start() needs a tree without roots")
+        k, above = self.k, set()
+        for h, i in stats:
+            while h > 1:
+                h, i = h - 1, (i - 1) // k + 1
+                if (h, i) in above:
+                    break
+                above.add((h, i))
+        stack = list(range(self.child0[0], self.child0[0] + k))
+        while stack:
+            node = stack.pop()
+            key = (self.depth[node], self.index[node])
+            if key in stats:
+                self.count[node], self.total[node] = stats[key]
+            n = self.count[node]
+            if key in above or (n and n >= self._taus[self.depth[node]]):
+                self._expand(node)
+                stack.extend(range(self.child0[node], self.child0[node] + k))
 
     def _children_max(self, node: int) -> float:
         """The largest B among the children of an expanded ``node``; the child that has it (ties

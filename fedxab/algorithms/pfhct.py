@@ -3,62 +3,78 @@
 PF-PNE as printed loses to local HCT (:mod:`fedxab.algorithms.pfpne`, "Non-reproduction"): its
 local stage re-examines every node the server eliminated and samples every surviving node
 ``tau_h`` times. PF-HCT keeps PF-PNE's collaborative stage, makes its eliminations safe under the
-clients' *measured* heterogeneity, hands over as soon as that heterogeneity dominates the
-resolution of the tree, and then lets each client run HCT (adaptive sampling) restricted to the
-surviving cells, without re-examining the eliminated ones.
+clients' *measured* heterogeneity, samples each depth in rounds of successive elimination, hands
+over as soon as that heterogeneity dominates the resolution of the tree, and then lets each
+client run HCT (adaptive sampling), warm-started with the federation's tree.
 
-- **Stage 1** (collaborative, one depth per round): exactly PF-PNE's stage 1 ([PF] Algorithm 1
-  lines 4-13 and Algorithm 2, :class:`~fedxab.algorithms.pfpne.PFPNEServer`, same messages):
-  every client pulls every node of ``G^h`` ``ceil(tau_h / M)`` times and reports its local means;
-  the server averages them. Two changes on the server:
+- **Stage 1** (collaborative): PF-PNE's stage 1 ([PF] Algorithm 1 lines 4-13 and Algorithm 2,
+  :class:`~fedxab.algorithms.pfpne.PFPNEServer`, same messages): the clients pull the nodes of
+  ``G^h`` and report their local means (never a raw reward); the server averages them. Three
+  changes on the server:
 
-  - *heterogeneity*: ``D = max(D, max over nodes i and clients m of |mu_{m,i} - mubar_i| - w_h -
-    b_h)``, clipped at 0 (a running max), with ``w_h = b(ceil(tau_h/M))`` a client's local width
-    and ``b_h = b(M ceil(tau_h/M))`` the global one (:mod:`fedxab.algorithms.pne`);
-  - *elimination*: node i goes iff ``mubar_best - mubar_i > 2 b_h + nu rho^h + 2 D``
-    (:func:`~fedxab.algorithms.pne.eliminate` with slack ``nu rho^h + 2 D``).
+  - *rounds*: a depth is sampled in up to ``rounds_per_depth`` rounds (default 3) of
+    successive elimination (Even-Dar, Mannor & Mansour 2006): after round j every surviving
+    node has ``round_targets(ceil(tau_h/M))[j]`` pulls per client (doubling up to PF-PNE's
+    ``ceil(tau_h/M)``), and a round eliminates with the width of the samples so far, so a
+    clearly bad node costs a fraction of ``tau_h``; every survivor of the depth has PF-PNE's
+    ``ceil(tau_h/M)`` pulls per client. ``rounds_per_depth = 1`` is PF-PNE's single round;
+  - *heterogeneity*: ``D = max(D, max over nodes i and clients m of |mu_{m,i} - mubar_i| - w_m -
+    b)``, clipped at 0 (a running max, updated every round), with ``w_m`` the width of client
+    m's own samples of the node and ``b`` the global one (:mod:`fedxab.algorithms.pne`);
+  - *elimination*: node i goes iff ``mubar_best - mubar_i > 2 b + nu rho^h + 2 D`` after the
+    depth's last round (:func:`~fedxab.algorithms.pne.eliminate` with slack ``nu rho^h + 2 D``);
+    an earlier round adds ``2 u`` to the slack, with ``u = w + b - w_h - b_h`` how much more
+    heterogeneity its wider widths could hide than the last round's (``w_h, b_h``): an early
+    round eliminates no node the depth's last round would have had to keep for a
+    heterogeneity it cannot see yet.
 
 - **Handover** before the next depth h+1 when the first of these holds: ``nu rho^h <= kappa D``
   (the tree's resolution at the aggregated depth h is below the heterogeneity: sharing further
-  helps no client); the next depth would take stage 1 above ``phi T`` pulls per client; ``h + 1 >
-  h_max``; the budget is spent. The handover broadcast carries the survivors ``S^h`` (PF-PNE's).
+  helps no client); the next depth would take stage 1 above ``phi T`` pulls per client (counting
+  all its rounds in full); ``h + 1 > h_max``; the budget is spent. The handover broadcast
+  carries the survivors ``S^h`` (PF-PNE's) and, when the server measured no heterogeneity
+  (``D = 0``), the global means of every node stage 1 eliminated (:class:`PFHCTBroadcast`).
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
-  its own objective for its remaining budget, restricted to the cells of ``S^h``
-  (``HCT(roots=(h, S^h))``), with the stage-1 statistics of those cells preloaded
-  (:meth:`~fedxab.algorithms.hct.HCT.preload`): ``preload="global"`` (default) the global means,
-  each trusted as far as the heterogeneity measured allows (the handover sends each survivor's
-  mean with the width ``b_h + D_before + d_i``: sampling error, the heterogeneity measured before
-  the last depth, and that node's own at the last depth; the client gives the mean the sample
-  count of that width, where that is more than its own count and its own mean agrees), its own
-  samples elsewhere; ``"own"`` the client's own samples, ``"none"`` nothing. Its personalized
-  recommendation is its HCT's ``recommend()`` (before stage 2: the global best node it knows, as
-  in PF-PNE).
+  its own objective for its remaining budget. ``stage2 = "tree"`` (default): on the whole
+  domain, warm-started with the stage-1 tree (:meth:`~fedxab.algorithms.hct.HCT.warm_start`):
+  every stage-1 node the client sampled, with ``preload = "global"`` (default) the global means
+  of the survivors of every depth and of the eliminated nodes the handover carries, each trusted
+  as far as the heterogeneity measured allows (:meth:`PFHCTClient._trusted`), its own samples
+  elsewhere. So with identical clients HCT starts from the federation's knowledge of the whole
+  tree, and with different clients an eliminated cell keeps only the client's own samples and
+  HCT comes back to it when its optimism says so (the elimination was made on the average
+  objective). ``stage2 = "cells"``: HCT restricted to the cells of ``S^h``
+  (``HCT(roots=(h, S^h))``, :meth:`~fedxab.algorithms.hct.HCT.preload`), never returning to an
+  eliminated cell. ``preload = "own"``: the client's own samples only; ``"none"``: nothing. Its
+  personalized recommendation is its HCT's ``recommend()`` (before stage 2: the global best
+  node it knows, as in PF-PNE).
 
 If the clients differ by more than ``nu rho / kappa`` at depth 1, stage 1 stops after depth 1
-(``|G^1| ceil(tau_1/M)`` pulls per client, 2 with the defaults) and stage 2 is HCT on every depth-1
-cell, i.e. local HCT: the cost of trying to collaborate is bounded by that one depth. With
+(``|G^1| ceil(tau_1/M)`` pulls per client, 2 with the defaults) and stage 2 is HCT with those
+samples, i.e. local HCT: the cost of trying to collaborate is bounded by that one depth. With
 identical clients ``D`` stays 0 and stage 1 is Fed-PNE's phased elimination down to ``phi T``
-pulls, after which HCT refines locally inside the survivors.
+pulls, after which each client's HCT starts from the federation's statistics.
 
 **Proven** (the argument of [FX] Lemma B.3 / [PF] Lemma A.3 with the extra slack): on the event
-that every global mean is within ``b_h`` of the average objective ``fbar`` at the node's centre
-(the concentration event of Fed-PNE's analysis), a client m whose objective satisfies
+that every global mean is within its width ``b`` of the average objective ``fbar`` at the node's
+centre (the concentration event of Fed-PNE's analysis, here for each round's count: a union
+bound over at most ``rounds_per_depth`` rounds per depth), a client m whose objective satisfies
 ``|f_m(x) - fbar(x)| <= D`` at every sampled centre and the local smoothness ``f_m(x*_m) - f_m(x) <=
 nu rho^h`` on the depth-h cell containing its maximiser ``x*_m`` never loses that cell: for any
 node j, ``fbar(x_j) - fbar(x_{i*}) <= (f_m(x*_m) + D) - (f_m(x*_m) - nu rho^h - D)
-= nu rho^h + 2 D``, so ``mubar_j - mubar_{i*} <= 2 b_h + nu rho^h + 2 D`` and ``i*`` survives.
-Stage 2 then inherits HCT's guarantee on the union of the surviving cells. On the same event
-(and the clients' local means within ``w_h``), the estimate ``D`` never exceeds the true
-heterogeneity at the sampled centres.
+= nu rho^h + 2 D``, so ``mubar_j - mubar_{i*} <= 2 b + nu rho^h + 2 D`` and ``i*`` survives.
+With ``stage2 = "cells"``, stage 2 then inherits HCT's guarantee on the union of the surviving
+cells. On the same event (and the clients' local means within their widths), the estimate ``D``
+never exceeds the true heterogeneity at the sampled centres.
 
 **Only measured**: that the estimate ``D`` (a lower bound) covers every client's deviation, which
-the proof assumes; that preloading the global statistics with the trust their widths give helps
-(a global mean may be biased for a client beyond its width where ``D`` underestimates); that
-the defaults ``kappa = 1``, ``phi = 0.1``, ``preload="global"`` are good choices (chosen from a
-handful of 3-seed runs on Garland and Himmelblau, M = 10, T = 10^4: ``phi`` from 0.05 to 1, the
-three preloads); and the regret against local HCT, PF-PNE and Fed-PNE
-(``benchmarks/bench_personalized.py``, ``docs/algorithms/pfhct.md``). There is no regret bound for
-PF-HCT as a whole.
+the proof assumes; that starting HCT from the global statistics with the trust their widths give
+helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
+that sending the eliminated nodes' means only when ``D = 0`` is the right switch; that the
+defaults ``kappa = 1``, ``phi = 0.1``, ``preload = "global"``, ``rounds_per_depth = 3``,
+``stage2 = "tree"`` are good choices (``docs/algorithms/pfhct.md`` says on which runs each was
+chosen); and the regret against local HCT, PF-PNE and Fed-PNE
+(``benchmarks/bench_personalized.py``). There is no regret bound for PF-HCT as a whole.
 
 Constants: stage 1 uses the phased-elimination constants (:class:`~fedxab.algorithms.pne.
 PNEConstants`, practical preset ``c = 0.1``, ``c1 = 1``, ``delta = 1/M``), stage 2 HCT's own
@@ -70,7 +86,10 @@ one partition per client). Only node means and recommendations leave a client, n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import takewhile
+from typing import Any
 
 import numpy as np
 
@@ -79,21 +98,32 @@ from fedxab.algorithms.hct import HCT
 from fedxab.algorithms.partition import Partition
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.pne import eliminate
-from fedxab.algorithms.protocol import Evaluate
-from fedxab.errors import ConfigError
-from fedxab.validation import check_choice, check_positive
+from fedxab.algorithms.protocol import Evaluate, wire_array, wire_int
+from fedxab.errors import ConfigError, ProtocolError
+from fedxab.validation import check_choice, check_positive, check_positive_int
 
 PRELOADS = ("global", "own", "none")
+STAGE2 = ("tree", "cells")
 
 
-def node_heterogeneity(local_means: np.ndarray, means: np.ndarray, widths: float) -> np.ndarray:
-    """The heterogeneity each node shows: ``max_m |mu_{m,i} - mubar_i| - widths``, at least 0.
+def node_heterogeneity(
+    local_means: np.ndarray, means: np.ndarray, widths: float | np.ndarray
+) -> np.ndarray:
+    """The heterogeneity each node shows: ``max_m (|mu_{m,i} - mubar_i| - w_m)``, at least 0.
 
     ``local_means`` has one row per client, ``means`` is their average, ``widths`` the sum of a
-    local mean's and the global mean's confidence widths.
+    local mean's and the global mean's confidence widths: one number, or one per client (a
+    column) when the clients' sample counts differ.
     """
-    spread = np.max(np.abs(np.asarray(local_means) - means), axis=0)
-    return np.maximum(spread - widths, 0.0)
+    spread = np.abs(np.asarray(local_means) - means) - widths
+    return np.maximum(np.max(spread, axis=0), 0.0)
+
+
+def round_targets(pulls: int, rounds: int) -> list[int]:
+    """The cumulative pulls per node and client after each round of a stage-1 depth:
+    ``ceil(pulls / 2^(rounds - 1 - j))`` for ``j = 0 .. rounds - 1``, repeats dropped (a depth of
+    ``pulls = ceil(tau_h / M)`` is sampled in at most ``rounds`` doubling rounds)."""
+    return sorted({-(-pulls // 2 ** (rounds - 1 - j)) for j in range(rounds)})
 
 
 def _check_fraction(field: str, value: float) -> float:
@@ -109,6 +139,85 @@ def _check_depth(field: str, value: int) -> int:
     return value
 
 
+def _no_nodes() -> np.ndarray:
+    return np.empty(0, dtype=np.int64)
+
+
+def _no_values() -> np.ndarray:
+    return np.empty(0)
+
+
+@dataclass(frozen=True)
+class PFHCTBroadcast(PFPNEBroadcast):
+    """PF-PNE's broadcast (:class:`~fedxab.algorithms.pfpne.PFPNEBroadcast`, same fields and
+    checks) plus, in the handover only, what the clients' tree (``stage2 = "tree"``) may take
+    from the federation: ``shared_depth``, the deepest depth whose global statistics help a
+    client (:meth:`PFHCTServer._handover`), and the global means and widths of the nodes stage 1
+    eliminated down to that depth, ``(eliminated_depths[j], eliminated[j])``. Both are empty
+    (0) in stage-1 rounds."""
+
+    shared_depth: int = 0
+    eliminated_depths: np.ndarray = field(default_factory=_no_nodes)
+    eliminated: np.ndarray = field(default_factory=_no_nodes)
+    eliminated_means: np.ndarray = field(default_factory=_no_values)
+    eliminated_widths: np.ndarray = field(default_factory=_no_values)
+
+    kind = "pfhct.broadcast"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            **super().to_wire(),
+            "shared_depth": self.shared_depth,
+            "eliminated_depths": np.asarray(self.eliminated_depths, dtype=np.int64),
+            "eliminated": np.asarray(self.eliminated, dtype=np.int64),
+            "eliminated_means": np.asarray(self.eliminated_means, dtype=np.float64),
+            "eliminated_widths": np.asarray(self.eliminated_widths, dtype=np.float64),
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> PFHCTBroadcast:
+        base = super().from_wire(data)
+        msg = replace(
+            base,
+            shared_depth=wire_int(data, "shared_depth"),
+            eliminated_depths=wire_array(data, "eliminated_depths", "i"),
+            eliminated=wire_array(data, "eliminated", "i"),
+            eliminated_means=wire_array(data, "eliminated_means", "f"),
+            eliminated_widths=wire_array(data, "eliminated_widths", "f"),
+        )
+        msg.validate()
+        return msg  # type: ignore[return-value]
+
+    def validate(self) -> None:
+        super().validate()
+        n = len(self.eliminated)
+        for name in ("eliminated_depths", "eliminated_means", "eliminated_widths"):
+            if getattr(self, name).shape != (n,):
+                raise ProtocolError(
+                    f"field {name!r} must hold {n} values (one per eliminated node), "
+                    f"got shape {getattr(self, name).shape}"
+                )
+        if (n or self.shared_depth) and not self.final:
+            raise ProtocolError(
+                "fields 'eliminated' and 'shared_depth' must be empty and 0 in a stage-1 broadcast"
+            )
+        if not 0 <= self.shared_depth <= self.survivor_depth:
+            raise ProtocolError(
+                f"field 'shared_depth' must lie in 0..{self.survivor_depth} (the depths stage 1 "
+                f"aggregated), got {self.shared_depth}"
+            )
+        if np.any(self.eliminated_widths <= 0):
+            raise ProtocolError("field 'eliminated_widths' must hold positive widths")
+        depths = self.eliminated_depths
+        if n and (depths.min() < 1 or depths.max() > self.shared_depth):
+            raise ProtocolError(
+                f"field 'eliminated_depths' must lie in 1..{self.shared_depth} (the depths "
+                "whose statistics are shared, 'shared_depth')"
+            )
+        if n and (self.eliminated.min() < 1):
+            raise ProtocolError("field 'eliminated' must hold node indices >= 1")
+
+
 class PFHCTServer(PFPNEServer):
     """The PF-HCT server: PF-PNE's stage 1 with heterogeneity-aware elimination and handover.
 
@@ -117,6 +226,8 @@ class PFHCTServer(PFPNEServer):
     :attr:`heterogeneity` is the running estimate ``D``; :attr:`heterogeneity_history` its value
     after each aggregated depth.
     """
+
+    broadcast_class = PFHCTBroadcast
 
     def __init__(
         self,
@@ -133,6 +244,7 @@ class PFHCTServer(PFPNEServer):
         kappa: float = 1.0,
         phi: float = 0.1,
         h_max: int = 20,
+        rounds_per_depth: int = 3,
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -154,29 +266,129 @@ class PFHCTServer(PFPNEServer):
         self.kappa = check_positive("algorithm.kappa", kappa)
         self.phi = _check_fraction("algorithm.phi", phi)
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
+        self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
         self.heterogeneity = 0.0
         self.heterogeneity_history: list[float] = []
-        self._shown = np.empty(0)  # the last depth's node_heterogeneity
-        self._before = 0.0  # D before the last depth
+        self._before = 0.0  # D before the current depth
+        self._aggregated = 0  # stage-1 rounds aggregated
+        # the current depth: its nodes G^h, the cumulative pulls per node and client after each
+        # round, which nodes are still sampled, each client's reward sums and pulls per node,
+        # and the heterogeneity each node showed when it was last sampled
+        self._targets: list[int] = []
+        self._round = 0  # index of the open round in _targets
+        self._nodes = np.empty(0, dtype=np.int64)
+        self._alive = np.empty(0, dtype=bool)
+        self._sums = np.empty((n_clients, 0))
+        self._counts = np.empty((n_clients, 0), dtype=np.int64)
+        self._shown = np.empty(0)
+        self._eliminated: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def _eliminate(
-        self, reports: list[PFPNEReport], means: np.ndarray, width: float
-    ) -> tuple[np.ndarray, int]:
-        """Update ``D`` from this depth's reports, then eliminate with slack ``nu rho^h + 2 D``."""
-        assert self._current is not None
-        local_width = float(self.constants.width(self._current.pulls_per_node))
-        self._shown = node_heterogeneity([r.means for r in reports], means, local_width + width)
+    @property
+    def rounds(self) -> int:
+        """Communication rounds of stage 1: every aggregated round (up to ``rounds_per_depth``
+        per depth)."""
+        return self._aggregated
+
+    def _stage_one(self, nodes: np.ndarray, depth: int) -> PFPNEBroadcast:
+        """Open depth ``depth``: its first round, ``round_targets(ceil(tau_h/M))[0]`` pulls."""
+        t_h = -(-self.constants.tau(depth) // self.n_clients)
+        self._targets = round_targets(t_h, self.rounds_per_depth)
+        self._nodes = nodes
+        self._alive = np.ones(len(nodes), dtype=bool)
+        self._sums = np.zeros((self.n_clients, len(nodes)))
+        self._counts = np.zeros((self.n_clients, len(nodes)), dtype=np.int64)
+        self._shown = np.zeros(len(nodes))
         self._before = self.heterogeneity
-        self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown, initial=0.0)))
+        self._round = 0
+        return self._open_round(nodes, depth, self._targets[0])
+
+    def _aggregate(self, reports: list[PFPNEReport]) -> PFPNEBroadcast:
+        """Successive elimination inside the depth: add the round's local means to each
+        client's sums, update ``D`` from the clients' means so far (each with the width of its
+        own count), eliminate with slack ``nu rho^h + 2 D`` and the width of the samples so far;
+        then the next round on the survivors, or, after the last, the depth's record and the
+        next depth. One round per depth (``rounds_per_depth = 1``) is PF-PNE's stage 1."""
+        assert self._current is not None
+        pulls, const = self._current.pulls_per_node, self.constants
+        alive = np.flatnonzero(self._alive)
+        for r in reports:
+            self._sums[r.client, alive] += r.means * pulls
+            self._counts[r.client, alive] += pulls
+        self.used += self.phase_length
+        self._aggregated += 1
+        counts, sums = self._counts[:, alive], self._sums[:, alive]
+        seen = counts[:, 0] > 0  # the clients with samples of this depth
+        total = int(counts[:, 0].sum())  # every surviving node has the same samples
+        means = sums.sum(axis=0) / total
+        width = float(const.width(total))  # b(N), N = M ceil(tau_h/M) after the last round
+        local_widths = const.width(counts[seen, :1]) + width
+        self._shown[alive] = node_heterogeneity(sums[seen] / counts[seen], means, local_widths)
+        self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown[alive])))
+        final = self._targets[-1]
+        unseen = (
+            float(const.width(counts[seen, 0].min()))
+            + width
+            - float(const.width(final))
+            - float(const.width(final * int(seen.sum())))
+        )
+        slack = const.slack(self.depth) + 2 * (self.heterogeneity + max(unseen, 0.0))
+        survive, _ = eliminate(means, width, slack)
+        self._alive[alive[~survive]] = False
+        self._round += 1
+        if self._round < len(self._targets):
+            step = self._targets[self._round] - self._targets[self._round - 1]
+            return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
-        return eliminate(means, width, self.constants.slack(self.depth) + 2 * self.heterogeneity)
+        all_means = self._sums.sum(axis=0) / np.maximum(self._counts.sum(axis=0), 1)
+        gone = ~self._alive
+        widths = self._survivor_widths(all_means, width)
+        self._eliminated.append((self.depth, self._nodes[gone], all_means[gone], widths[gone]))
+        best = int(alive[np.argmax(means)])
+        return self._close_depth(
+            self._nodes, all_means, width, self._alive.copy(), best, len(reports)
+        )
 
     def _survivor_widths(self, means: np.ndarray, width: float) -> np.ndarray:
         """How far node i's global mean may be from any one client's mean there:
-        ``b_h + D_before + d_i``, with ``d_i`` the heterogeneity node i showed at this depth and
-        ``D_before`` the estimate ``D`` before this depth (the clients' :meth:`PFHCTClient.
-        _preloaded` trusts a global mean as much as this width allows)."""
+        ``b_h + D_before + d_i``, with ``d_i`` the heterogeneity node i showed at this depth's
+        last round and ``D_before`` the estimate ``D`` before this depth (the clients'
+        :meth:`PFHCTClient._preloaded` trusts a global mean as much as this width allows)."""
         return width + self._before + self._shown
+
+    def _handover(self) -> PFPNEBroadcast:
+        """PF-PNE's handover, plus what the clients' trees may take from the federation.
+
+        ``shared_depth``: the depths d at which the handover rule still found sharing useful,
+        ``nu rho^d > kappa D_d`` with ``D_d`` the estimate after depth d (every depth when
+        ``D = 0``; the trust rule still weighs each shared mean by its width); at the depth
+        where the heterogeneity reached the tree's resolution and below, a client keeps its
+        own samples: there the global means describe no one client. The eliminated nodes' global
+        means only when ``D = 0``: then the eliminations hold for every client (the elimination
+        lemma), and a client's HCT need not come back to those cells; otherwise it keeps its
+        own samples of them, and returns to a cell its own objective favours.
+        """
+        b = super()._handover()
+        slack, kappa = self.constants.slack, self.kappa
+        shared = sum(
+            1
+            for _ in takewhile(
+                lambda hd: slack(hd[0]) > kappa * hd[1],
+                enumerate(self.heterogeneity_history, start=1),
+            )
+        )
+        if not shared:
+            return b
+        gone = self._eliminated if self.heterogeneity == 0 else []
+        depths = [np.full(len(e[1]), e[0], dtype=np.int64) for e in gone]
+        self._current = replace(
+            b,
+            shared_depth=shared,
+            eliminated_depths=np.concatenate([np.empty(0, np.int64), *depths]),
+            eliminated=np.concatenate([np.empty(0, np.int64), *(e[1] for e in gone)]),
+            eliminated_means=np.concatenate([np.empty(0), *(e[2] for e in gone)]),
+            eliminated_widths=np.concatenate([np.empty(0), *(e[3] for e in gone)]),
+        )
+        return self._current
 
     def _stops_before(self, nodes: np.ndarray, depth: int) -> bool:
         """PF-PNE's rule (``depth > h_max``, budget spent), or the resolution of the last depth is
@@ -214,6 +426,8 @@ class PFHCTClient(PFPNEClient):
         c1: float | None = None,
         delta: float | None = None,
         preload: str = "global",
+        rounds_per_depth: int = 3,
+        stage2: str = "tree",
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -249,42 +463,103 @@ class PFHCTClient(PFPNEClient):
             "seed": seed,  # the run's partition: stage 1's cells
         }
         self.preload = check_choice("algorithm.preload", preload, PRELOADS)
+        self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
+        self.stage2 = check_choice("algorithm.stage2", stage2, STAGE2)
         self.hct: HCT | None = None
+
+    def _targets(self, depth: int) -> list[int]:
+        return round_targets(super()._first_pulls(depth), self.rounds_per_depth)
+
+    def _first_pulls(self, depth: int) -> int:
+        """A depth's first round: ``round_targets(ceil(tau_h / M))[0]`` pulls per node."""
+        return self._targets(depth)[0]
+
+    def _new_protected(
+        self, b: PFPNEBroadcast
+    ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A new depth or the handover: PF-PNE's checks. A later round of the depth this client
+        sampled last: its nodes must be some of the last round's, its pulls the next round's
+        (:func:`round_targets`); it adds no protected set."""
+        if b.final or b.depth != self.depth:
+            return super()._new_protected(b)
+        if b.nodes.size == 0 or not np.all(np.isin(b.nodes, self._active)):
+            raise ProtocolError(
+                f"field 'nodes' must be some of the nodes of the last round at depth {b.depth}"
+            )
+        targets = self._targets(b.depth)
+        done = self._count.get((b.depth, int(b.nodes[0])), 0)
+        later = [t - done for t in targets if t > done]
+        if not later or b.pulls_per_node != later[0]:
+            raise ProtocolError(
+                f"field 'pulls_per_node' is {b.pulls_per_node}, but after {done} pulls this "
+                f"client's next round at depth {b.depth} has {later[0] if later else 0}"
+            )
+        return {}
 
     def recommend(self) -> np.ndarray:
         """The stage-2 HCT's recommendation; before stage 2, PF-PNE's (the global best node)."""
         return super().recommend() if self.hct is None else self.hct.recommend()
 
     def _preloaded(self, b: PFPNEBroadcast) -> tuple[np.ndarray, np.ndarray]:
-        """The sample counts and reward sums stage 2 starts from on the survivors ``S^h``.
+        """The sample counts and reward sums ``stage2 = "cells"`` starts from on the survivors
+        ``S^h``: with ``preload = "own"`` this client's stage-1 samples, with ``"global"``
+        :meth:`_trusted`."""
+        if self.preload == "own":
+            return self._own(b.survivor_depth, b.survivors)
+        return self._trusted(b.survivor_depth, b.survivors, b.survivor_means, b.survivor_widths)
 
-        ``"own"``: this client's stage-1 samples. ``"global"``: on a cell where the global mean
-        carries more evidence for this client than its own samples, the global mean with the
-        sample count ``n_g = c^2 L / r^2`` whose HCT width equals the broadcast width ``r =
-        b_h + D_before + d_i`` (:meth:`PFHCTServer._survivor_widths`: how far the global mean may
-        be from this client's mean, sampling error plus measured heterogeneity); with identical
-        clients ``r = b_h`` and ``n_g = M ceil(tau_h/M)``, every client's samples. The global mean
-        is used where ``n_g`` exceeds the client's own count and its own mean agrees with it
-        (``|mu_m - mubar| <= b(n_m) + r``); its own samples elsewhere.
+    def _own(self, depth: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keys = [(depth, int(i)) for i in nodes]
+        counts = np.array([self._count.get(key, 0) for key in keys], dtype=np.int64)
+        return counts, np.array([self._sum.get(key, 0.0) for key in keys])
+
+    def _trusted(
+        self, depth: int, nodes: np.ndarray, means: np.ndarray, widths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The counts and sums of ``nodes`` at ``depth``: a global mean where it carries more
+        evidence for this client than its own samples, its own samples elsewhere.
+
+        A global mean is sent with the width ``r = b_h + D_before + d_i`` (:meth:`PFHCTServer.
+        _survivor_widths`: how far it may be from this client's mean, sampling error plus
+        measured heterogeneity); it counts as ``n_g = c^2 L / r^2`` samples, the count whose HCT
+        width is ``r`` (with identical clients ``r = b_h`` and ``n_g = M ceil(tau_h/M)``, every
+        client's samples). It is used where ``n_g`` exceeds the client's own count and its own
+        mean agrees (``|mu_m - mubar| <= b(n_m) + r``).
         """
         const = self.constants
-        keys = [(b.survivor_depth, int(i)) for i in b.survivors]
-        counts = np.array([self._count.get(key, 0) for key in keys], dtype=np.int64)
-        sums = np.array([self._sum.get(key, 0.0) for key in keys])
-        if self.preload == "own":
-            return counts, sums
+        counts, sums = self._own(depth, nodes)
         own = sums / np.maximum(counts, 1)
-        n_global = np.rint(const.c**2 * const.log_term / b.survivor_widths**2).astype(np.int64)
+        n_global = np.rint(const.c**2 * const.log_term / widths**2).astype(np.int64)
         agree = (
             (counts > 0)
             & (n_global > counts)
-            & (
-                np.abs(own - b.survivor_means)
-                <= const.width(np.maximum(counts, 1)) + b.survivor_widths
-            )
+            & (np.abs(own - means) <= const.width(np.maximum(counts, 1)) + widths)
         )
         counts = np.where(agree, n_global, counts)
-        return counts, np.where(agree, b.survivor_means * n_global, sums)
+        return counts, np.where(agree, means * n_global, sums)
+
+    def _warm_start(self, b: PFHCTBroadcast) -> dict[tuple[int, int], tuple[int, float]]:
+        """The statistics ``stage2 = "tree"`` starts its HCT from: this client's own samples of
+        every stage-1 node; with ``preload = "global"``, down to the handover's
+        ``shared_depth``, :meth:`_trusted` global means of the survivors (the protected sets)
+        and of the eliminated nodes the handover carries."""
+        stats = {key: (n, self._sum[key]) for key, n in self._count.items()}
+        if self.preload == "own":
+            return stats
+        sent = [
+            (d, nodes, means, widths)
+            for d, (nodes, means, widths) in self.protected.items()
+            if d <= b.shared_depth
+        ]
+        for d in np.unique(b.eliminated_depths).tolist():
+            at = b.eliminated_depths == d
+            sent.append((d, b.eliminated[at], b.eliminated_means[at], b.eliminated_widths[at]))
+        for d, nodes, means, widths in sent:
+            counts, sums = self._trusted(d, nodes, means, widths)
+            for i, n, total in zip(nodes.tolist(), counts.tolist(), sums.tolist(), strict=True):
+                if n:
+                    stats[(d, i)] = (n, total)
+        return stats
 
     def _local_stage(
         self,
@@ -293,13 +568,17 @@ class PFHCTClient(PFPNEClient):
         evaluate: Evaluate,
     ) -> PFPNEReport:
         """HCT on the cells of ``S^h`` (the whole domain if stage 1 aggregated no depth)."""
-        h = b.survivor_depth
-        hct = HCT(
-            self.partition.domain, roots=(h, b.survivors) if h else None, **self._hct_settings
-        )
-        if h and self.preload != "none":
-            hct.preload(*self._preloaded(b))
         self.protected.update(protected)
+        h = b.survivor_depth
+        if self.stage2 == "tree":
+            hct = HCT(self.partition.domain, **self._hct_settings)
+            if self.preload != "none":
+                hct.warm_start(self._warm_start(b))  # type: ignore[arg-type]
+        else:
+            roots = (h, b.survivors) if h else None
+            hct = HCT(self.partition.domain, roots=roots, **self._hct_settings)
+            if h and self.preload != "none":
+                hct.preload(*self._preloaded(b))
         self.hct = hct
         while self.used < self.budget:
             x = hct.ask()

@@ -331,6 +331,8 @@ def _resolve(n_clients: int, budget: int, **kw: Any) -> PNEConstants:
 class PFPNEServer(InboxServer[PFPNEReport]):
     """The PF-PNE server state machine ([PF] Algorithm 1), stage 1 plus the handover."""
 
+    broadcast_class: type[PFPNEBroadcast] = PFPNEBroadcast
+
     def __init__(
         self,
         domain: Sequence[Sequence[float]] | np.ndarray,
@@ -422,13 +424,16 @@ class PFPNEServer(InboxServer[PFPNEReport]):
             while depth < self.h0 and (len(nodes) * tau(depth) <= m or tau(depth) <= 1):
                 nodes = children(nodes, self.k)
                 depth += 1
+        return self._open_round(nodes, depth, -(-tau(depth) // m))  # ceil(tau_h / M) pulls
+
+    def _open_round(self, nodes: np.ndarray, depth: int, pulls: int) -> PFPNEBroadcast:
+        """Broadcast a stage-1 round: sample ``nodes`` of ``G^depth`` ``pulls`` times each."""
         self.phase += 1
         self.depth = depth
         self.active = nodes
-        t_h = -(-tau(depth) // m)  # ceil(tau_h / M)
         s = self._survivors
-        self._current = PFPNEBroadcast(
-            self.phase, depth, nodes, t_h, s.depth, s.nodes, s.means, s.widths
+        self._current = self.broadcast_class(
+            self.phase, depth, nodes, pulls, s.depth, s.nodes, s.means, s.widths
         )
         self._inbox.open(self.phase)
         return self._current
@@ -437,7 +442,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         self.phase += 1
         s = self._survivors
         self.active = np.empty(0, dtype=np.int64)
-        self._current = PFPNEBroadcast(
+        self._current = self.broadcast_class(
             self.phase, s.depth, self.active, 0, s.depth, s.nodes, s.means, s.widths, final=True
         )
         self._inbox.open(self.phase)
@@ -489,26 +494,44 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         assert self._current is not None
         if self._current.final or self.truncated:
             return self._finish(reports)
+        return self._aggregate(reports)
+
+    def _aggregate(self, reports: list[PFPNEReport]) -> PFPNEBroadcast:
+        """Average the depth's local means, eliminate ([PF] Alg. 1 lines 10-11), go deeper."""
+        assert self._current is not None
         means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node
         width = float(self.constants.width(len(reports) * t_h))  # b_h, N_h = M ceil(tau_h/M)
         survive, best = self._eliminate(reports, means, width)
+        self.used += self.phase_length
+        return self._close_depth(self.active, means, width, survive, best, len(reports))
+
+    def _close_depth(
+        self,
+        nodes: np.ndarray,
+        means: np.ndarray,
+        width: float,
+        survive: np.ndarray,
+        best: int,
+        n_reports: int,
+    ) -> PFPNEBroadcast:
+        """Record the aggregated depth (its ``nodes``, global ``means`` and width), keep its
+        survivors ``S^h`` and open the next depth on their children (or hand over)."""
         survive.setflags(write=False)
         self.history.append(
             StageOneRecord(
                 self.phase,
                 self.depth,
-                self.active,
+                nodes,
                 means,
                 width,
-                int(self.active[best]),
+                int(nodes[best]),
                 int(survive.sum()),
-                len(reports),
+                n_reports,
                 survive,
             )
         )
-        self.used += self.phase_length
-        kept = self.active[survive]
+        kept = nodes[survive]
         widths = self._survivor_widths(means, width)[survive]
         self._survivors = _Survivors(self.depth, kept, means[survive], widths)
         return self._descend(children(kept, self.k), self.depth + 1)
@@ -667,17 +690,21 @@ class PFPNEClient:
             raise ProtocolError(
                 f"field 'nodes' must be the depth-{b.depth} descendants of the survivors"
             )
-        t_h = -(-self.constants.tau(b.depth) // self.n_clients)
+        t_h = self._first_pulls(b.depth)
         if b.pulls_per_node != t_h:
             raise ProtocolError(
                 f"field 'pulls_per_node' is {b.pulls_per_node}, but this client's constants give "
-                f"ceil(tau_{b.depth}/M) = {t_h}; client and server must share nu, rho, c, c1, delta"
+                f"{t_h} at depth {b.depth}; client and server must share nu, rho, c, c1, delta"
             )
         for h in range(b.survivor_depth + 1, b.depth):  # depths skipped by skip_levels
             nodes = descendants(base, self.k, h - b.survivor_depth)
             nan = np.full(len(nodes), np.nan)
             new[h] = (nodes, nan, nan)
         return new
+
+    def _first_pulls(self, depth: int) -> int:
+        """Pulls per node of a depth's first stage-1 broadcast: ``ceil(tau_h / M)``."""
+        return -(-self.constants.tau(depth) // self.n_clients)
 
     def _stage_one(
         self,

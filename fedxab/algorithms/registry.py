@@ -49,7 +49,7 @@ from fedxab.algorithms.parallel import (
     ParallelReport,
     ParallelServer,
 )
-from fedxab.algorithms.pfhct import PFHCTClient, PFHCTServer
+from fedxab.algorithms.pfhct import PFHCTBroadcast, PFHCTClient, PFHCTServer
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
 from fedxab.algorithms.protocol import Finished, Withdrawal
@@ -96,7 +96,7 @@ WIRE_TYPES: dict[str, tuple[type, type]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),
     "dpfedpne": (FedPNEBroadcast, FedPNEReport),
     "pfpne": (PFPNEBroadcast, PFPNEReport),
-    "pfhct": (PFPNEBroadcast, PFPNEReport),  # PF-HCT's stage 1 and handover are PF-PNE's
+    "pfhct": (PFHCTBroadcast, PFPNEReport),  # PF-PNE's messages, plus eliminated nodes' means
     "parallel": (ParallelBroadcast, ParallelReport),
     "fed1ucb": (Fed1UCBBroadcast, Fed1UCBReport),
     "local-hct": (LocalHCTBroadcast, LocalHCTReport),

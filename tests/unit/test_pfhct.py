@@ -2,17 +2,25 @@
 HCT restricted to cells, per-client recommendations, wire round trips, and a seeded comparison
 with local HCT on identical clients."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.hct import HCT
-from fedxab.algorithms.pfhct import PFHCTClient, PFHCTServer, node_heterogeneity
+from fedxab.algorithms.pfhct import (
+    PFHCTBroadcast,
+    PFHCTClient,
+    PFHCTServer,
+    node_heterogeneity,
+    round_targets,
+)
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEFinished, PFPNEReport
 from fedxab.algorithms.pne import PNEConstants, children
 from fedxab.algorithms.registry import decode_broadcast, decode_report, make_federation
 from fedxab.config import config_from_dict
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, ProtocolError
 
 DOMAIN = [[0.0, 1.0]]
 
@@ -52,6 +60,87 @@ def test_the_server_keeps_a_running_max_of_the_measured_heterogeneity():
     identical = [[0.5] * len(b.nodes)] * 2
     _report_depth(server, identical)  # depth 2 shows none: D stays
     assert server.heterogeneity_history == pytest.approx([0.2, 0.2])
+
+
+def test_heterogeneity_takes_each_clients_own_width():
+    local = np.array([[0.5, 0.2], [0.1, 0.2]])
+    mean = local.mean(axis=0)
+    widths = np.array([[0.05], [0.15]])  # client 0 has more samples than client 1
+    np.testing.assert_allclose(node_heterogeneity(local, mean, widths), [0.15, 0.0])
+
+
+# ------------------------------------------------------------ successive rounds inside a depth
+def test_round_targets_double_up_to_the_depths_pulls():
+    assert round_targets(30, 3) == [8, 15, 30]
+    assert round_targets(11, 3) == [3, 6, 11]
+    assert round_targets(4, 3) == [1, 2, 4]
+    assert round_targets(1, 3) == [1]
+    assert round_targets(5, 1) == [5]
+
+
+def _deep_server(**kw):
+    """Two clients, c = 1: depth 1 takes ceil(tau_1 / 2) = 30 pulls, in rounds of 8, 7, 15."""
+    return _server(m=2, t=10**6, c=1.0, kappa=1e-6, phi=1.0, **kw)
+
+
+def _early_slack(server, first, final):
+    """What an early round adds to the slack: the widths at its counts minus the final ones."""
+    w = server.constants.width
+    return float(w(first) + w(2 * first) - w(final) - w(2 * final))
+
+
+def test_a_clearly_worse_node_is_eliminated_after_the_first_round():
+    server = _deep_server()
+    b = server.start()
+    assert (b.depth, b.pulls_per_node) == (1, 8)
+    const = server.constants
+    gap = 2 * const.width(16) + const.slack(1) + 2 * _early_slack(server, 8, 30) + 0.1
+    b = _report_depth(server, [[gap, 0.0]] * 2)
+    assert (b.depth, b.nodes.tolist(), b.pulls_per_node) == (1, [1], 7)
+    b = _report_depth(server, [[gap]] * 2)
+    assert (b.depth, b.nodes.tolist(), b.pulls_per_node) == (1, [1], 15)
+    b = _report_depth(server, [[gap]] * 2)
+    assert b.depth == 2 and b.survivor_depth == 1 and b.survivors.tolist() == [1]
+    record = server.history[-1]
+    assert record.nodes.tolist() == [1, 2] and record.survive.tolist() == [True, False]
+    assert record.means == pytest.approx([gap, 0.0])
+    assert server.rounds == 3 and server.used == 8 * 2 + 7 + 15  # 39 pulls, not 60
+
+
+def test_an_early_round_keeps_what_only_its_wider_widths_could_hide():
+    """A gap the first round's width alone would clear, but not with the heterogeneity its
+    counts cannot see yet: the node stays for the next round."""
+    server = _deep_server()
+    server.start()
+    const = server.constants
+    gap = 2 * const.width(16) + const.slack(1) + _early_slack(server, 8, 30)
+    b = _report_depth(server, [[gap, 0.0]] * 2)
+    assert b.nodes.tolist() == [1, 2]
+
+
+def test_one_round_per_depth_is_pf_pne_s_stage_one():
+    server = _deep_server(rounds_per_depth=1)
+    b = server.start()
+    assert b.pulls_per_node == 30
+    b = _report_depth(server, [[0.5, 0.5]] * 2)
+    assert b.depth == 2 and server.rounds == 1 and server.used == 60
+
+
+def test_a_client_checks_each_later_round_of_a_depth():
+    server, clients = make_federation(
+        "pfhct", np.array(DOMAIN), n_clients=2, budget=10**6, seed=0, params={"c": 1.0}
+    )
+    b = server.start()
+    client = clients[0]
+    client.answer(b, lambda X: np.zeros(len(X)))
+    later = PFHCTBroadcast(2, 1, np.array([1]), 7, 0, np.empty(0, np.int64), np.empty(0),
+                           np.empty(0))  # fmt: skip
+    with pytest.raises(ProtocolError, match="pulls_per_node"):
+        client.answer(replace(later, pulls_per_node=8), lambda X: np.zeros(len(X)))
+    with pytest.raises(ProtocolError, match="nodes"):
+        client.answer(replace(later, nodes=np.array([3])), lambda X: np.zeros(len(X)))
+    report = client.answer(later, lambda X: np.ones(len(X)))
+    assert report.means.tolist() == [1.0] and client._count[(1, 1)] == 15
 
 
 # ------------------------------------------------------------------------ elimination safety
@@ -137,6 +226,96 @@ def test_a_client_trusts_a_global_mean_as_far_as_its_width_allows():
     assert own._preloaded(_handover([0.51, 0.51], [exact, exact]))[0].tolist() == [4, 4]
 
 
+def _eliminating_depth_one(rows):
+    """Depth 1 with c = 1 (30 pulls per client), node 2 far below node 1, ``rows`` the clients'
+    means at depth 1 (a handover right after: ``h_max = 1``)."""
+    server = _server(m=2, t=10**6, c=1.0, phi=1.0, h_max=1, rounds_per_depth=1)
+    server.start()
+    return server, _report_depth(server, rows)
+
+
+def test_the_handover_carries_the_eliminated_nodes_means_only_without_heterogeneity():
+    server, b = _eliminating_depth_one([[10.0, 0.0]] * 2)
+    assert b.final and b.survivors.tolist() == [1] and server.heterogeneity == 0
+    assert b.eliminated_depths.tolist() == [1] and b.eliminated.tolist() == [2]
+    assert b.eliminated_means == pytest.approx([0.0])
+    assert b.eliminated_widths == pytest.approx([server.constants.width(60)])
+    assert b.shared_depth == 1
+    local = server.constants.width(30) + server.constants.width(60)
+    server, b = _eliminating_depth_one([[10.0 + local + 0.5, 0.0], [10.0 - local - 0.5, 0.0]])
+    assert b.final and server.heterogeneity == pytest.approx(0.5)
+    assert b.eliminated.size == 0 and b.eliminated_means.size == 0
+    assert b.shared_depth == 0  # nu rho^1 = 0.5 <= kappa D: depth 1 describes no one client
+
+
+def test_shared_depths_are_those_where_the_handover_rule_found_sharing_useful():
+    """D rises to 0.2 at depth 1 (below nu rho = 0.5: share) and stays: depth 2 (nu rho^2 =
+    0.25 > 0.2) is shared too, depth 3 (0.125 <= 0.2) is not, and the handover comes after it;
+    no eliminated node is sent since D > 0."""
+    server = _server(m=2, t=10**6, kappa=1.0, phi=1.0, rounds_per_depth=1)
+    b = server.start()
+    local, glob = _widths(server, b)
+    spread = local + glob + 0.2
+    b = _report_depth(server, [[0.5 + spread, 0.5], [0.5 - spread, 0.5]])
+    b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)
+    assert not b.final and b.depth == 3
+    while not b.final:
+        b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)
+    assert b.survivor_depth == 3 and b.shared_depth == 2 and b.eliminated.size == 0
+
+
+def _tree_client_start(monkeypatch, withhold):
+    """Two identical clients, depth 1 only (node 2 far below node 1), then the handover
+    (without its eliminated nodes if ``withhold``): what client 0's HCT is warm-started with."""
+    params = {"c": 1.0, "phi": 1.0, "h_max": 1, "rounds_per_depth": 1, "split": "longest"}
+    server, clients = make_federation(
+        "pfhct", np.array(DOMAIN), n_clients=2, budget=2000, seed=0, params=params
+    )
+    f = lambda X: np.where(X[:, 0] < 0.5, 10.0, 0.0)  # noqa: E731
+    b = server.start()
+    for m, client in enumerate(clients):
+        server.receive(m, client.answer(b, f))
+    handover = server.close_phase()
+    assert handover.final and handover.eliminated.tolist() == [2]
+    if withhold:
+        none = np.empty(0, np.int64)
+        handover = replace(handover, eliminated_depths=none, eliminated=none,
+                           eliminated_means=np.empty(0), eliminated_widths=np.empty(0))  # fmt: skip
+    seen = []
+    monkeypatch.setattr(HCT, "warm_start", lambda self, stats: seen.append(dict(stats)))
+    clients[0].answer(handover, f)
+    return b.pulls_per_node, seen[0]
+
+
+def test_a_tree_client_starts_from_the_federations_tree(monkeypatch):
+    """Its HCT starts from every stage-1 node: the survivors, and the eliminated nodes sent
+    without heterogeneity, with the global means (both clients' samples); its own samples of
+    an eliminated node the server did not send."""
+    pulls, stats = _tree_client_start(monkeypatch, withhold=False)
+    assert stats[(1, 1)] == (2 * pulls, pytest.approx(20.0 * pulls))
+    assert stats[(1, 2)] == (2 * pulls, 0.0)
+    pulls, stats = _tree_client_start(monkeypatch, withhold=True)
+    assert stats[(1, 2)] == (pulls, 0.0)
+
+
+def test_hct_warm_start_grows_the_tree_down_to_the_cells_with_samples():
+    hct = HCT(DOMAIN, seed=0)
+    assert hct.tau(1, 1) == 1 and hct.tau(3, 1) == 4
+    hct.warm_start({(3, 5): (2, 1.5), (1, 1): (2, 1.0)})
+    cells = {(hct.depth[n], hct.index[n]): n for n in range(len(hct.depth))}
+    assert hct.count[cells[(3, 5)]] == 2 and hct.total[cells[(3, 5)]] == 1.5
+    assert hct.count[cells[(1, 1)]] == 2 and hct.count[cells[(1, 2)]] == 0
+    assert hct.child0[cells[(1, 2)]] > 0 and hct.child0[cells[(2, 3)]] > 0  # its ancestors
+    assert hct.child0[cells[(3, 5)]] < 0  # 2 samples < tau_3 = 4
+    assert hct.child0[cells[(1, 1)]] > 0  # 2 samples >= tau_1 = 1: expanded, as tell() would
+    x = hct.ask()
+    hct.tell(x, 0.5)
+    with pytest.raises(ValueError, match="before the first ask"):
+        hct.warm_start({})
+    with pytest.raises(ValueError, match="without roots"):
+        HCT(DOMAIN, roots=(1, [1])).warm_start({})
+
+
 # ----------------------------------------------------------------------------- handover rules
 def test_large_heterogeneity_at_depth_one_hands_over_at_once_to_plain_hct():
     server = _server(m=2, t=1000)
@@ -185,7 +364,16 @@ def test_h_max_caps_stage_one_and_zero_means_plain_local_hct():
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("kappa", 0), ("phi", 0), ("phi", 1.5), ("h_max", -1), ("h_max", 1.5), ("preload", "x")],
+    [
+        ("kappa", 0),
+        ("phi", 0),
+        ("phi", 1.5),
+        ("h_max", -1),
+        ("h_max", 1.5),
+        ("preload", "x"),
+        ("rounds_per_depth", 0),
+        ("stage2", "x"),
+    ],
 )
 def test_bad_options_name_the_field(key, value):
     with pytest.raises(ConfigError, match=f"algorithm.{key}"):
@@ -271,6 +459,23 @@ def test_messages_round_trip_on_the_wire():
         "pfhct", np.array(DOMAIN), n_clients=2, budget=500, seed=0, params={}
     )
     final = _drive(server, clients, [lambda X: X[:, 0]] * 2)
+    handover = PFHCTBroadcast(4, 2, np.empty(0, np.int64), 0, 2, np.array([3]), np.array([0.5]),
+                              np.array([0.1]), True, 2, np.array([1, 2]), np.array([2, 4]),
+                              np.array([0.1, 0.2]), np.array([0.3, 0.4]))  # fmt: skip
+    again = decode_broadcast("pfhct", handover.to_wire())
+    assert again.shared_depth == 2
+    assert again.eliminated_depths.tolist() == [1, 2] and again.eliminated.tolist() == [2, 4]
+    assert again.eliminated_means.tolist() == [0.1, 0.2]
+    assert again.eliminated_widths.tolist() == [0.3, 0.4]
+    bad = {**handover.to_wire(), "eliminated_depths": np.array([1, 3])}
+    with pytest.raises(ProtocolError, match="eliminated_depths"):
+        decode_broadcast("pfhct", bad)
+    with pytest.raises(ProtocolError, match="eliminated_depths"):
+        replace(handover, shared_depth=1).validate()
+    with pytest.raises(ProtocolError, match="shared_depth"):
+        replace(handover, shared_depth=3).validate()
+    with pytest.raises(ProtocolError, match="stage-1 broadcast"):
+        replace(handover, final=False, nodes=np.array([1]), pulls_per_node=1, depth=3).validate()
     decoded = PFPNEFinished.from_wire(final.to_wire())
     assert np.array_equal(decoded.clients, [0, 1])
     assert np.array_equal(decoded.recommendations, final.recommendations)
