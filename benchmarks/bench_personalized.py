@@ -17,10 +17,14 @@ partitions the seed-to-seed differences would mix the algorithms' with the parti
 
 Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T]
 [--clients 10,50] [--functions garland,...] [--levels none,paper,5x] [--jobs N] [--quick]
+[--first-seed N] [--algorithms pfhct,local-hct,...] [--pfhct KEY=VALUE ...]
 [--json PATH] [--from-json PATH ...] [--pooled-hct FUNCTION]``.
 
 - ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly overrides it). The
   full grid (10 seeds, T = 10^4, M = 10 and 50) takes about 50 min on two cores, ``--jobs 2``.
+- ``--first-seed``, ``--algorithms``, ``--pfhct KEY=VALUE``: other seeds (e.g. ones the
+  published table does not use), a subset of the algorithms (PF-HCT and local HCT always run),
+  and PF-HCT with other parameters: how its defaults were chosen.
 - ``--from-json``: print the table of runs saved by ``--json`` (e.g. the M = 10 and M = 50
   halves of the grid, run separately), without running.
 - ``--pooled-hct FUNCTION``: an idealised reference for identical clients, per seed: one HCT
@@ -80,17 +84,18 @@ def _federation(function: str, level: str, clients: int) -> dict[str, Any]:
     return {"clients": clients, "heterogeneity": "shift", "heterogeneity_scale": scale}
 
 
-def run_one(task: tuple[str, str, int, str, int, int]) -> dict[str, Any]:
-    """One run: the clients' mean local cumulative regret at T."""
+def run_one(task: tuple[str, str, int, str, int, int, dict[str, Any]]) -> dict[str, Any]:
+    """One run: the clients' mean local cumulative regret at T. The last item of ``task``
+    overrides the algorithm's parameters (``--pfhct``)."""
     from fedxab.agents.federation import Federation
     from fedxab.config import config_from_dict
 
-    function, level, clients, algorithm, budget, seed = task
+    function, level, clients, algorithm, budget, seed, overrides = task
     config = config_from_dict(
         {
             "run": {"seed": seed, "repeats": 1, "budget": budget},
             "objective": {**FUNCTIONS[function], "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": ALGORITHMS[algorithm],
+            "algorithm": {**ALGORITHMS[algorithm], **overrides},
             "federation": _federation(function, level, clients),
         }
     )
@@ -158,7 +163,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(rows: list[dict[str, Any]], seeds: int, budget: int) -> str:
-    names = list(ALGORITHMS)
+    names = [a for a in ALGORITHMS if rows and a in rows[0]["regret"]]
     head = ["function", "heterogeneity", "M", *names, "PF-HCT / local HCT", "95% CI", "target"]
     head.append("met")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -215,6 +220,21 @@ def print_pooled_hct(function: str, seeds: int, clients: int, budget: int) -> No
     print(f"\nmean pooled / mean alone: {ratio:.2f} (95% CI {low:.2f}–{high:.2f})")
 
 
+def _parameters(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as parameters: a VALUE that reads as JSON (a number, true) is that,
+    anything else a string."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--pfhct needs KEY=VALUE, got {item!r}")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 10; --quick: 3)")
@@ -222,6 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", help="comma-separated M values (default 10,50; --quick: 10)")
     parser.add_argument("--functions", default=",".join(FUNCTIONS))
     parser.add_argument("--levels", default=",".join(LEVELS))
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds start here (default 0)")
+    parser.add_argument(
+        "--algorithms",
+        default=",".join(ALGORITHMS),
+        help="comma-separated subset of the algorithms (pfhct and local-hct always run)",
+    )
+    parser.add_argument(
+        "--pfhct",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a PF-HCT parameter, e.g. --pfhct rounds_per_depth=1 --pfhct stage2=cells",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--quick", action="store_true", help="3 seeds, T = 2000, M = 10")
     parser.add_argument("--json", type=Path, help="write the runs and the table here")
@@ -254,17 +287,23 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(m) for m in (args.clients or ("10" if args.quick else "10,50")).split(",")]
     functions = args.functions.split(",")
     levels = args.levels.split(",")
-    for name, given, allowed in (("function", functions, FUNCTIONS), ("level", levels, LEVELS)):
+    algorithms = [a for a in ALGORITHMS if a in {"pfhct", "local-hct", *args.algorithms.split(",")}]
+    overrides = _parameters(parser, args.pfhct)
+    for name, given, allowed in (
+        ("function", functions, FUNCTIONS),
+        ("level", levels, LEVELS),
+        ("algorithm", args.algorithms.split(","), ALGORITHMS),
+    ):
         unknown = [v for v in given if v not in allowed]
         if unknown:
             parser.error(f"unknown {name} {unknown}; allowed: {', '.join(allowed)}")
     tasks = [
-        (f, lev, m, a, budget, s)
+        (f, lev, m, a, budget, s, overrides if a == "pfhct" else {})
         for f in functions
         for lev in levels
         for m in clients
-        for a in ALGORITHMS
-        for s in range(seeds)
+        for a in algorithms
+        for s in range(args.first_seed, args.first_seed + seeds)
     ]
     start = time.perf_counter()
     if args.jobs > 1:
@@ -277,7 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{len(runs)} runs in {time.perf_counter() - start:.0f} s")
     if args.json:
-        data = {"seeds": seeds, "budget": budget, "clients": clients, "rows": rows, "runs": runs}
+        data = {
+            "seeds": seeds,
+            "first_seed": args.first_seed,
+            "budget": budget,
+            "clients": clients,
+            "pfhct": overrides,
+            "rows": rows,
+            "runs": runs,
+        }
         args.json.write_text(json.dumps(data, indent=2), encoding="utf-8")
     return 0
 

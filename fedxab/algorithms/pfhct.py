@@ -88,7 +88,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import takewhile
 from typing import Any
 
 import numpy as np
@@ -219,10 +218,12 @@ class PFHCTBroadcast(PFPNEBroadcast):
 
 
 class PFHCTServer(PFPNEServer):
-    """The PF-HCT server: PF-PNE's stage 1 with heterogeneity-aware elimination and handover.
+    """The PF-HCT server: PF-PNE's stage 1 in rounds of successive elimination, with
+    heterogeneity-aware elimination and handover.
 
     ``kappa`` (> 0): hand over once ``nu rho^h <= kappa D``; ``phi`` (in (0, 1]): stage 1 uses at
-    most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth (0: plain local HCT).
+    most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth (0: plain local HCT);
+    ``rounds_per_depth`` (>= 1): rounds per depth (:func:`round_targets`).
     :attr:`heterogeneity` is the running estimate ``D``; :attr:`heterogeneity_history` its value
     after each aggregated depth.
     """
@@ -368,14 +369,11 @@ class PFHCTServer(PFPNEServer):
         own samples of them, and returns to a cell its own objective favours.
         """
         b = super()._handover()
-        slack, kappa = self.constants.slack, self.kappa
-        shared = sum(
-            1
-            for _ in takewhile(
-                lambda hd: slack(hd[0]) > kappa * hd[1],
-                enumerate(self.heterogeneity_history, start=1),
-            )
-        )
+        shared = 0
+        for d, d_estimate in enumerate(self.heterogeneity_history, start=1):
+            if self.constants.slack(d) <= self.kappa * d_estimate:
+                break
+            shared = d
         if not shared:
             return b
         gone = self._eliminated if self.heterogeneity == 0 else []
@@ -402,13 +400,15 @@ class PFHCTServer(PFPNEServer):
 
 
 class PFHCTClient(PFPNEClient):
-    """The PF-HCT client: PF-PNE's stage 1 (:class:`~fedxab.algorithms.pfpne.PFPNEClient`), then
-    HCT restricted to the survivors with the whole remaining budget.
+    """The PF-HCT client: PF-PNE's stage 1 (:class:`~fedxab.algorithms.pfpne.PFPNEClient`, in
+    the server's rounds), then HCT with the whole remaining budget.
 
-    ``preload``: what its HCT starts from on the surviving cells (:meth:`_preloaded`):
-    ``"global"`` (default) the global means of the handover broadcast, each with the sample
-    count its width allows, where that beats its own samples and they agree; ``"own"`` its own
-    stage-1 samples; ``"none"`` nothing.
+    ``stage2``: ``"tree"`` (default) HCT on the whole domain warm-started with the stage-1 tree
+    (:meth:`_warm_start`), ``"cells"`` HCT restricted to the survivors (:meth:`_preloaded`).
+    ``preload``: what its HCT starts from: ``"global"`` (default) the federation's means, each
+    with the sample count its width allows, where that beats its own samples and they agree
+    (:meth:`_trusted`); ``"own"`` its own stage-1 samples; ``"none"`` nothing.
+    ``rounds_per_depth`` must be the server's (it checks each round's pulls).
     :attr:`hct` is the stage-2 HCT (``None`` before).
     """
 
@@ -567,7 +567,8 @@ class PFHCTClient(PFPNEClient):
         protected: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
         evaluate: Evaluate,
     ) -> PFPNEReport:
-        """HCT on the cells of ``S^h`` (the whole domain if stage 1 aggregated no depth)."""
+        """Stage 2: HCT for the rest of the budget, from the stage-1 tree (``"tree"``) or on the
+        cells of ``S^h`` (``"cells"``; the whole domain if stage 1 aggregated no depth)."""
         self.protected.update(protected)
         h = b.survivor_depth
         if self.stage2 == "tree":

@@ -278,3 +278,22 @@ def test_personalized_benchmark_prints_the_grid_table(tmp_path) -> None:
         if clients == "1":
             assert all(alone == pooled for _, alone, pooled, _ in rows)
         assert "mean pooled / mean alone: " in proc.stdout
+
+
+def test_personalized_benchmark_runs_pf_hct_variants_on_other_seeds(tmp_path) -> None:
+    """``--first-seed``, ``--algorithms`` and ``--pfhct KEY=VALUE``: how PF-HCT's defaults are
+    compared on seeds the published table does not use. The override reaches the runs: PF-HCT
+    with ``h_max = 0`` is local HCT on the run's partition, the same regret to the last digit."""
+    data, text = run_bench(
+        "bench_personalized.py",
+        *("--seeds", "2", "--first-seed", "7", "--budget", "150", "--clients", "3"),
+        *("--functions", "himmelblau", "--levels", "none", "--algorithms", "local-hct"),
+        *("--pfhct", "h_max=0", "--pfhct", "stage2=cells"),
+        out=tmp_path / "variant.json",
+    )
+    assert data["pfhct"] == {"h_max": 0, "stage2": "cells"} and data["first_seed"] == 7
+    assert sorted({r["seed"] for r in data["runs"]}) == [7, 8]
+    assert {r["algorithm"] for r in data["runs"]} == {"pfhct", "local-hct"}
+    (row,) = data["rows"]
+    assert set(row["regret"]) == {"pfhct", "local-hct"} and row["ratio"] == 1.0
+    assert "| pfhct | local-hct |" in text and "pfpne" not in text
