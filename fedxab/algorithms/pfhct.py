@@ -333,7 +333,7 @@ class PFHCTServer(PFPNEServer):
             - float(const.width(final * int(seen.sum())))
         )
         slack = const.slack(self.depth) + 2 * (self.heterogeneity + max(unseen, 0.0))
-        survive, _ = eliminate(means, width, slack)
+        survive, best = eliminate(means, width, slack)
         self._alive[alive[~survive]] = False
         self._round += 1
         if self._round < len(self._targets):
@@ -344,9 +344,8 @@ class PFHCTServer(PFPNEServer):
         gone = ~self._alive
         widths = self._survivor_widths(all_means, width)
         self._eliminated.append((self.depth, self._nodes[gone], all_means[gone], widths[gone]))
-        best = int(alive[np.argmax(means)])
         return self._close_depth(
-            self._nodes, all_means, width, self._alive.copy(), best, len(reports)
+            self._nodes, all_means, width, self._alive.copy(), int(alive[best]), len(reports)
         )
 
     def _survivor_widths(self, means: np.ndarray, width: float) -> np.ndarray:
@@ -467,12 +466,12 @@ class PFHCTClient(PFPNEClient):
         self.stage2 = check_choice("algorithm.stage2", stage2, STAGE2)
         self.hct: HCT | None = None
 
-    def _targets(self, depth: int) -> list[int]:
+    def _round_targets(self, depth: int) -> list[int]:
         return round_targets(super()._first_pulls(depth), self.rounds_per_depth)
 
     def _first_pulls(self, depth: int) -> int:
         """A depth's first round: ``round_targets(ceil(tau_h / M))[0]`` pulls per node."""
-        return self._targets(depth)[0]
+        return self._round_targets(depth)[0]
 
     def _new_protected(
         self, b: PFPNEBroadcast
@@ -486,7 +485,7 @@ class PFHCTClient(PFPNEClient):
             raise ProtocolError(
                 f"field 'nodes' must be some of the nodes of the last round at depth {b.depth}"
             )
-        targets = self._targets(b.depth)
+        targets = self._round_targets(b.depth)
         done = self._count.get((b.depth, int(b.nodes[0])), 0)
         later = [t - done for t in targets if t > done]
         if not later or b.pulls_per_node != later[0]:
