@@ -292,7 +292,7 @@ class PFHCTServer(PFPNEServer):
 
     def _stage_one(self, nodes: np.ndarray, depth: int) -> PFPNEBroadcast:
         """Open depth ``depth``: its first round, ``round_targets(ceil(tau_h/M))[0]`` pulls."""
-        t_h = -(-self.constants.tau(depth) // self.n_clients)
+        t_h = self.constants.pulls_per_client(depth, self.n_clients)
         self._targets = round_targets(t_h, self.rounds_per_depth)
         self._nodes = nodes
         self._alive = np.ones(len(nodes), dtype=bool)
@@ -394,7 +394,7 @@ class PFHCTServer(PFPNEServer):
             return True
         if self.history and self.constants.slack(self.depth) <= self.kappa * self.heterogeneity:
             return True
-        cost = len(nodes) * -(-self.constants.tau(depth) // self.n_clients)
+        cost = len(nodes) * self.constants.pulls_per_client(depth, self.n_clients)
         return self.used + cost > self.phi * self.budget
 
 

@@ -424,7 +424,7 @@ class PFPNEServer(InboxServer[PFPNEReport]):
             while depth < self.h0 and (len(nodes) * tau(depth) <= m or tau(depth) <= 1):
                 nodes = children(nodes, self.k)
                 depth += 1
-        return self._open_round(nodes, depth, -(-tau(depth) // m))  # ceil(tau_h / M) pulls
+        return self._open_round(nodes, depth, self.constants.pulls_per_client(depth, m))
 
     def _open_round(self, nodes: np.ndarray, depth: int, pulls: int) -> PFPNEBroadcast:
         """Broadcast a stage-1 round: sample ``nodes`` of ``G^depth`` ``pulls`` times each."""
@@ -704,7 +704,7 @@ class PFPNEClient:
 
     def _first_pulls(self, depth: int) -> int:
         """Pulls per node of a depth's first stage-1 broadcast: ``ceil(tau_h / M)``."""
-        return -(-self.constants.tau(depth) // self.n_clients)
+        return self.constants.pulls_per_client(depth, self.n_clients)
 
     def _stage_one(
         self,

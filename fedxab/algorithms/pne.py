@@ -80,6 +80,10 @@ class PNEConstants:
         """``tau_h = ceil((c^2/nu^2) L rho^(-2h))``."""
         return math.ceil(self.c**2 / self.nu**2 * self.log_term * self.rho ** (-2 * h))
 
+    def pulls_per_client(self, h: int, n_clients: int) -> int:
+        """``ceil(tau_h / M)``: each of M clients' pulls of a depth-h node in one stage-1 depth."""
+        return -(-self.tau(h) // n_clients)
+
     def width(self, n: int | np.ndarray) -> float | np.ndarray:
         """``b(n) = c sqrt(L / n)``."""
         return self.c * np.sqrt(self.log_term / n)
