@@ -30,24 +30,26 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
 
 - **Handover** before the next depth h+1 when the first of these holds: ``nu rho^h <= kappa D``
   (the tree's resolution at the aggregated depth h is below the heterogeneity: sharing further
-  helps no client); the next depth would take stage 1 above ``phi T`` pulls per client (counting
+  helps no client; checked after every round, so the depth where it first holds skips its
+  later rounds); the next depth would take stage 1 above ``phi T`` pulls per client (counting
   all its rounds in full); ``h + 1 > h_max``; the budget is spent. The handover broadcast
-  carries the survivors ``S^h`` (PF-PNE's) and, when the server measured no heterogeneity
-  (``D = 0``), the global means of every node stage 1 eliminated (:class:`PFHCTBroadcast`).
+  carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those after which the rule did
+  not hold yet, ``nu rho^d > kappa D_d``) and the global means of the nodes stage 1 eliminated
+  there (:class:`PFHCTBroadcast`), each with the width of its own samples.
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
   its own objective for its remaining budget. ``stage2 = "tree"`` (default): on the whole
   domain, warm-started with the stage-1 tree (:meth:`~fedxab.algorithms.hct.HCT.warm_start`):
   every stage-1 node the client sampled, with ``preload = "global"`` (default) the global means
-  of the survivors of every depth and of the eliminated nodes the handover carries, each trusted
-  as far as the heterogeneity measured allows (:meth:`PFHCTClient._trusted`), its own samples
-  elsewhere. So with identical clients HCT starts from the federation's knowledge of the whole
-  tree, and with different clients an eliminated cell keeps only the client's own samples and
-  HCT comes back to it when its optimism says so (the elimination was made on the average
-  objective). ``stage2 = "cells"``: HCT restricted to the cells of ``S^h``
-  (``HCT(roots=(h, S^h))``, :meth:`~fedxab.algorithms.hct.HCT.preload`), never returning to an
-  eliminated cell. ``preload = "own"``: the client's own samples only; ``"none"``: nothing. Its
-  personalized recommendation is its HCT's ``recommend()`` (before stage 2: the global best
-  node it knows, as in PF-PNE).
+  of the shared depths' nodes, survivors and eliminated, each trusted as far as the
+  heterogeneity measured allows (:meth:`PFHCTClient._trusted`), its own samples elsewhere. So
+  with identical clients (``D = 0``, every depth shared) HCT starts from the federation's
+  knowledge of the whole tree, and with different clients the cells below the shared depths
+  keep only the client's own samples, and HCT comes back to a cell stage 1 eliminated there
+  (on the average objective) when its optimism says so. ``stage2 = "cells"``: HCT restricted
+  to the cells of ``S^h`` (``HCT(roots=(h, S^h))``, :meth:`~fedxab.algorithms.hct.HCT.preload`),
+  never returning to an eliminated cell. ``preload = "own"``: the client's own samples only;
+  ``"none"``: nothing. Its personalized recommendation is its HCT's ``recommend()`` (before
+  stage 2: the global best node it knows, as in PF-PNE).
 
 If the clients differ by more than ``nu rho / kappa`` at depth 1, stage 1 stops after depth 1
 (``|G^1| ceil(tau_1/M)`` pulls per client, 2 with the defaults) and stage 2 is HCT with those
@@ -70,7 +72,7 @@ never exceeds the true heterogeneity at the sampled centres.
 **Only measured**: that the estimate ``D`` (a lower bound) covers every client's deviation, which
 the proof assumes; that starting HCT from the global statistics with the trust their widths give
 helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
-that sending the eliminated nodes' means only when ``D = 0`` is the right switch; that the
+that the eliminated nodes' means of the shared depths help more than they mislead; that the
 defaults ``kappa = 1``, ``phi = 0.1``, ``preload = "global"``, ``rounds_per_depth = 3``,
 ``stage2 = "tree"`` are good choices (``docs/algorithms/pfhct.md`` says on which runs each was
 chosen); and the regret against local HCT, PF-PNE and Fed-PNE
@@ -336,23 +338,33 @@ class PFHCTServer(PFPNEServer):
         survive, best = eliminate(means, width, slack)
         self._alive[alive[~survive]] = False
         self._round += 1
-        if self._round < len(self._targets):
+        if self._round < len(self._targets) and not self._heterogeneous():
             step = self._targets[self._round] - self._targets[self._round - 1]
             return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
-        all_means = self._sums.sum(axis=0) / np.maximum(self._counts.sum(axis=0), 1)
+        totals = self._counts.sum(axis=0)  # every node of G^h was sampled in the first round
+        all_means = self._sums.sum(axis=0) / totals
         gone = ~self._alive
-        widths = self._survivor_widths(all_means, width)
+        widths = self._survivor_widths(all_means, const.width(totals))
         self._eliminated.append((self.depth, self._nodes[gone], all_means[gone], widths[gone]))
         return self._close_depth(
             self._nodes, all_means, width, self._alive.copy(), int(alive[best]), len(reports)
         )
 
-    def _survivor_widths(self, means: np.ndarray, width: float) -> np.ndarray:
+    def _heterogeneous(self) -> bool:
+        """The handover rule: the resolution of the current depth, ``nu rho^h``, is at most
+        ``kappa D``. Checked after every round: once it holds, the depth's later rounds would
+        only refine global means no client shares, and the depth closes with the samples so
+        far."""
+        return self.constants.slack(self.depth) <= self.kappa * self.heterogeneity
+
+    def _survivor_widths(self, means: np.ndarray, width: float | np.ndarray) -> np.ndarray:
         """How far node i's global mean may be from any one client's mean there:
-        ``b_h + D_before + d_i``, with ``d_i`` the heterogeneity node i showed at this depth's
-        last round and ``D_before`` the estimate ``D`` before this depth (the clients'
-        :meth:`PFHCTClient._preloaded` trusts a global mean as much as this width allows)."""
+        ``b_i + D_before + d_i``, with ``b_i`` the width of its samples (``width``: ``b_h`` for
+        every survivor, one per node for the eliminated ones), ``d_i`` the heterogeneity node i
+        showed when last sampled and ``D_before`` the estimate ``D`` before this depth (the
+        clients' :meth:`PFHCTClient._trusted` trusts a global mean as much as this width
+        allows)."""
         return width + self._before + self._shown
 
     def _handover(self) -> PFPNEBroadcast:
@@ -362,10 +374,11 @@ class PFHCTServer(PFPNEServer):
         ``nu rho^d > kappa D_d`` with ``D_d`` the estimate after depth d (every depth when
         ``D = 0``; the trust rule still weighs each shared mean by its width); at the depth
         where the heterogeneity reached the tree's resolution and below, a client keeps its
-        own samples: there the global means describe no one client. The eliminated nodes' global
-        means only when ``D = 0``: then the eliminations hold for every client (the elimination
-        lemma), and a client's HCT need not come back to those cells; otherwise it keeps its
-        own samples of them, and returns to a cell its own objective favours.
+        own samples: there the global means describe no one client. The global means of the
+        nodes eliminated at the shared depths, each with the width of its own samples: there
+        the eliminations hold for every client within ``D`` of the average (the elimination
+        lemma), so a client's HCT need not come back to those cells unless its own samples
+        disagree (:meth:`PFHCTClient._trusted`); below, it keeps its own samples of them.
         """
         b = super()._handover()
         shared = 0
@@ -375,7 +388,7 @@ class PFHCTServer(PFPNEServer):
             shared = d
         if not shared:
             return b
-        gone = self._eliminated if self.heterogeneity == 0 else []
+        gone = [e for e in self._eliminated if e[0] <= shared]
         depths = [np.full(len(e[1]), e[0], dtype=np.int64) for e in gone]
         self._current = replace(
             b,
@@ -392,7 +405,7 @@ class PFHCTServer(PFPNEServer):
         below ``kappa D``, or sampling ``nodes`` would take stage 1 above ``phi T``."""
         if super()._stops_before(nodes, depth):
             return True
-        if self.history and self.constants.slack(self.depth) <= self.kappa * self.heterogeneity:
+        if self.history and self._heterogeneous():
             return True
         cost = len(nodes) * self.constants.pulls_per_client(depth, self.n_clients)
         return self.used + cost > self.phi * self.budget

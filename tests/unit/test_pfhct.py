@@ -118,6 +118,34 @@ def test_an_early_round_keeps_what_only_its_wider_widths_could_hide():
     assert b.nodes.tolist() == [1, 2]
 
 
+def test_eliminated_nodes_keep_the_width_of_their_own_samples():
+    """Node 2, eliminated after the first round, has 16 pulls: the handover sends its mean with
+    the width of 16 samples, the survivor's with that of 60."""
+    server = _deep_server(h_max=1)
+    server.start()
+    const = server.constants
+    gap = 2 * const.width(16) + const.slack(1) + 2 * _early_slack(server, 8, 30) + 0.1
+    b = _report_depth(server, [[gap, 0.0]] * 2)
+    b = _report_depth(server, [[gap]] * 2)
+    b = _report_depth(server, [[gap]] * 2)
+    assert b.final and b.eliminated.tolist() == [2]
+    assert b.eliminated_widths == pytest.approx([const.width(16)])
+    assert b.survivor_widths == pytest.approx([const.width(60)])
+
+
+def test_a_round_that_shows_the_heterogeneity_hands_over_at_once():
+    """D = 0.6 >= nu rho = 0.5 after the first of depth 1's three rounds: its later rounds are
+    skipped and the depth closes with the first round's 8 pulls per client."""
+    server = _server(m=2, t=10**6, c=1.0, phi=1.0)
+    b = server.start()
+    local, glob = _widths(server, b)
+    spread = local + glob + 0.6
+    b = _report_depth(server, [[0.5 + spread, 0.5], [0.5 - spread, 0.5]])
+    assert b.final and b.survivor_depth == 1 and b.survivors.tolist() == [1, 2]
+    assert server.rounds == 1 and server.used == 16
+    assert server.history[-1].width == pytest.approx(glob)
+
+
 def test_one_round_per_depth_is_pf_pne_s_stage_one():
     server = _deep_server(rounds_per_depth=1)
     b = server.start()
@@ -234,7 +262,7 @@ def _eliminating_depth_one(rows):
     return server, _report_depth(server, rows)
 
 
-def test_the_handover_carries_the_eliminated_nodes_means_only_without_heterogeneity():
+def test_the_handover_carries_the_eliminated_nodes_means_of_the_shared_depths():
     server, b = _eliminating_depth_one([[10.0, 0.0]] * 2)
     assert b.final and b.survivors.tolist() == [1] and server.heterogeneity == 0
     assert b.eliminated_depths.tolist() == [1] and b.eliminated.tolist() == [2]
@@ -248,10 +276,30 @@ def test_the_handover_carries_the_eliminated_nodes_means_only_without_heterogene
     assert b.shared_depth == 0  # nu rho^1 = 0.5 <= kappa D: depth 1 describes no one client
 
 
+def test_eliminated_nodes_are_sent_down_to_the_shared_depth_despite_heterogeneity():
+    """D = 0.2 at depth 1 (below nu rho = 0.5): its eliminated node 2 is sent, with width
+    b + d_2; D = 0.3 at depth 2 (above nu rho^2 = 0.25): its eliminated node is not."""
+    server = _server(m=2, t=10**6, c=1.0, phi=1.0, rounds_per_depth=1)
+    b = server.start()
+    local, glob = _widths(server, b)
+    spread = local + glob + 0.2
+    b = _report_depth(server, [[10.0 + spread, 0.0], [10.0 - spread, 0.0]])
+    assert not b.final and b.depth == 2 and b.nodes.tolist() == [1, 2]
+    local, glob2 = _widths(server, b)
+    spread = local + glob2 + 0.3
+    b = _report_depth(server, [[10.0 + spread, 0.0], [10.0 - spread, 0.0]])
+    assert b.final and b.survivor_depth == 2 and b.survivors.tolist() == [1]
+    assert server.heterogeneity_history == pytest.approx([0.2, 0.3])
+    assert b.shared_depth == 1
+    assert b.eliminated_depths.tolist() == [1] and b.eliminated.tolist() == [2]
+    assert b.eliminated_means == pytest.approx([0.0])
+    assert b.eliminated_widths == pytest.approx([glob])
+
+
 def test_shared_depths_are_those_where_the_handover_rule_found_sharing_useful():
     """D rises to 0.2 at depth 1 (below nu rho = 0.5: share) and stays: depth 2 (nu rho^2 =
-    0.25 > 0.2) is shared too, depth 3 (0.125 <= 0.2) is not, and the handover comes after it;
-    no eliminated node is sent since D > 0."""
+    0.25 > 0.2) is shared too, depth 3 (0.125 <= 0.2) is not, and the handover comes after it
+    (no node is eliminated: none is sent)."""
     server = _server(m=2, t=10**6, kappa=1.0, phi=1.0, rounds_per_depth=1)
     b = server.start()
     local, glob = _widths(server, b)
