@@ -18,7 +18,7 @@ partitions the seed-to-seed differences would mix the algorithms' with the parti
 Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T]
 [--clients 10,50] [--functions garland,...] [--levels none,paper,5x] [--jobs N] [--quick]
 [--first-seed N] [--algorithms pfhct,local-hct,...] [--pfhct KEY=VALUE ...]
-[--json PATH] [--from-json PATH ...] [--pooled-hct FUNCTION]``.
+[--json PATH] [--from-json PATH ...] [--pooled-hct FUNCTION] [--free-means DEPTHS]``.
 
 - ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly overrides it). The
   full grid (10 seeds, T = 10^4, M = 10 and 50) takes about 50 min on two cores, ``--jobs 2``.
@@ -31,6 +31,12 @@ Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T
   tree fed every client's pulls, each client charged an M-th of its regret, against HCT alone
   (:func:`pooled_hct`): how much pooling the clients' samples can lower HCT's regret on that
   function at all (``--clients``: one M, default 10; ``--seeds``: default 10).
+- ``--free-means DEPTHS`` (e.g. ``4,5,6``): a reference for heterogeneous clients, per cell of
+  ``--functions`` x ``--levels`` x ``--clients`` (one M): each client's HCT started, for free,
+  from exact means at every node of depths 1..h, against HCT alone (:func:`free_means`): the
+  federation's average objective (what sharing down to depth h could give at best, without
+  stage 1's pulls, noise or eliminations), and the client's own objective (perfect coarse
+  personalization). What any design that shares the coarse tree can gain in that cell.
 """
 
 from __future__ import annotations
@@ -208,6 +214,101 @@ def pooled_hct(function: str, seed: int, clients: int, budget: int) -> tuple[flo
     return float(regret[:budget].sum()), float(regret.sum() / clients)
 
 
+def free_means(
+    task: tuple[str, str, int, int, int, tuple[int, ...], int],
+) -> dict[str, Any]:
+    """HCT for client m of a cell, alone and started from free exact means (``--free-means``).
+
+    ``task = (function, level, clients, seed, m, depths, budget)``. For each depth h in
+    ``depths``, two runs warm-started (:meth:`~fedxab.algorithms.hct.HCT.warm_start`) with every
+    node of depths 1..h, each given ``M ceil(tau_d/M)`` samples (what Fed-PNE's stage 1 gives a
+    surviving node of depth d) of mean: the average of the M clients' noiseless objectives at the
+    node's centre (``average``), or client m's own (``own``). Same noise sequence and partition
+    (the run's) in every run; returns the cumulative regrets at ``budget``.
+    """
+    from fedxab.agents.federation import Federation
+    from fedxab.algorithms.hct import HCT
+    from fedxab.config import config_from_dict
+
+    function, level, clients, seed, m, depths, budget = task
+    config = config_from_dict(
+        {
+            "run": {"seed": seed, "repeats": 1, "budget": budget},
+            "objective": {**FUNCTIONS[function], "noise": {"name": "uniform", "half_width": 0.1}},
+            "algorithm": ALGORITHMS["pfhct"],
+            "federation": _federation(function, level, clients),
+        }
+    )
+    federation = Federation(config, seed)
+    objectives, constants = federation.family.clients, federation.server.constants
+    f = objectives[m]
+    noise = np.random.default_rng([seed, m]).uniform(-0.1, 0.1, budget)
+
+    def regret(source: str, depth: int) -> float:
+        hct = HCT(f.domain, **PNE, budget=budget, seed=seed)
+        stats = {}
+        for d in range(1, depth + 1):
+            nodes = np.arange(1, hct.k**d + 1)
+            centres = hct.partition.centres(d, nodes)
+            if source == "own":
+                values = f(centres)
+            else:
+                values = np.mean([g(centres) for g in objectives], axis=0)
+            n = clients * constants.pulls_per_client(d, clients)
+            for i, v in zip(nodes.tolist(), values.tolist(), strict=True):
+                stats[(d, i)] = (n, n * v)
+        hct.warm_start(stats)
+        total = 0.0
+        for t in range(budget):
+            x = hct.ask()
+            value = float(f(x[None, :])[0])
+            hct.tell(x, value + noise[t])
+            total += f.optimum_value - value
+        return total
+
+    return {
+        "seed": seed,
+        "client": m,
+        "alone": regret("own", 0),
+        "average": {d: regret("average", d) for d in depths},
+        "own": {d: regret("own", d) for d in depths},
+    }
+
+
+def print_free_means(
+    cells: list[tuple[str, str]],
+    clients: int,
+    depths: tuple[int, ...],
+    seeds: range,
+    budget: int,
+    jobs: int,
+) -> None:
+    """The ``--free-means`` table: per cell and depth, the mean over seeds (of the mean over
+    the clients) of each warm-started HCT's regret over HCT alone, with its paired 95% CI."""
+    tasks = [(f, lev, clients, s, m, depths, budget) for f, lev in cells for s in seeds
+             for m in range(clients)]  # fmt: skip
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(free_means, tasks))
+    else:
+        results = [free_means(t) for t in tasks]
+    print(f"HCT started from free exact means down to depth h / HCT alone, M = {clients}, "
+          f"T = {budget:,}, seeds {seeds.start}-{seeds.stop - 1}\n")  # fmt: skip
+    print("| function | heterogeneity | h | federation's average | its own objective |")
+    print("|---|---|---|---|---|")
+    per_cell = len(seeds) * clients
+    for j, (function, level) in enumerate(cells):
+        chunk = results[j * per_cell : (j + 1) * per_cell]
+        alone = {s: np.mean([r["alone"] for r in chunk if r["seed"] == s]) for s in seeds}
+        for d in depths:
+            cols = []
+            for source in ("average", "own"):
+                given = {s: np.mean([r[source][d] for r in chunk if r["seed"] == s]) for s in seeds}
+                ratio, low, high = paired_ratio(given, alone)
+                cols.append(f"{ratio:.3f} ({low:.3f}–{high:.3f})")
+            print(f"| {function} | {level} | {d} | {cols[0]} | {cols[1]} |")
+
+
 def print_pooled_hct(function: str, seeds: int, clients: int, budget: int) -> None:
     alone, pooled = {}, {}
     print(f"HCT on {function}, T = {budget:,}: alone, and pooled over M = {clients}\n")
@@ -266,7 +367,25 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FUNCTION",
         help="print HCT alone against one HCT fed M clients' pulls on FUNCTION, per seed",
     )
+    parser.add_argument(
+        "--free-means",
+        metavar="DEPTHS",
+        help="print HCT started from free exact means down to each of these depths (e.g. 4,5,6) "
+        "against HCT alone, per cell",
+    )
     args = parser.parse_args(argv)
+    if args.free_means:
+        cells = [(f, lev) for f in args.functions.split(",") for lev in args.levels.split(",")]
+        unknown = [c for c in cells if c[0] not in FUNCTIONS or c[1] not in LEVELS]
+        if unknown:
+            parser.error(f"unknown function or level in {unknown}")
+        depths = tuple(int(d) for d in args.free_means.split(","))
+        if min(depths) < 1:
+            parser.error(f"--free-means needs depths >= 1, got {args.free_means!r}")
+        seeds = range(args.first_seed, args.first_seed + (args.seeds or 10))
+        clients = int(args.clients or 10)
+        print_free_means(cells, clients, depths, seeds, args.budget or 10_000, args.jobs)
+        return 0
     if args.pooled_hct:
         if args.pooled_hct not in FUNCTIONS:
             parser.error(f"unknown function {args.pooled_hct!r}; allowed: {', '.join(FUNCTIONS)}")

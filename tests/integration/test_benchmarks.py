@@ -297,3 +297,33 @@ def test_personalized_benchmark_runs_pf_hct_variants_on_other_seeds(tmp_path) ->
     (row,) = data["rows"]
     assert set(row["regret"]) == {"pfhct", "local-hct"} and row["ratio"] == 1.0
     assert "| pfhct | local-hct |" in text and "pfpne" not in text
+
+
+def test_free_means_reference_starts_hct_from_exact_coarse_means() -> None:
+    """``--free-means``: HCT warm-started with exact means of depths 1..h. With identical
+    clients the federation's average is each client's own objective (the same run); with
+    shifted clients the two differ; a free start changes HCT's run; the CLI prints one row per
+    cell and depth with both ratios and their intervals."""
+    sys.path.insert(0, str(BENCH))
+    from bench_personalized import free_means
+
+    same = free_means(("himmelblau", "none", 3, 0, 1, (2, 3), 300))
+    assert same["average"] == same["own"] and same["average"][3] != same["alone"]
+    shifted = free_means(("himmelblau", "paper", 3, 0, 1, (3,), 300))
+    assert shifted["average"][3] != shifted["own"][3]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_personalized.py"), "--free-means", "2,3",
+         "--functions", "himmelblau", "--levels", "none,paper", "--clients", "3",
+         "--seeds", "2", "--budget", "200"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    rows = [line.strip("| ").split(" | ") for line in proc.stdout.splitlines()]
+    rows = [r for r in rows if r[0] == "himmelblau"]
+    assert [(r[1], r[2]) for r in rows] == [("none", "2"), ("none", "3"), ("paper", "2"),
+                                            ("paper", "3")]  # fmt: skip
+    assert all(r[3] == r[4] for r in rows if r[1] == "none")
+    for r in rows:
+        for col in r[3:]:
+            ratio, interval = col.split(" (")
+            low, high = (float(v) for v in interval.rstrip(")").split("–"))
+            assert low <= float(ratio) <= high
