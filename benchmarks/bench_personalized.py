@@ -90,23 +90,36 @@ def _federation(function: str, level: str, clients: int) -> dict[str, Any]:
     return {"clients": clients, "heterogeneity": "shift", "heterogeneity_scale": scale}
 
 
-def run_one(task: tuple[str, str, int, str, int, int, dict[str, Any]]) -> dict[str, Any]:
-    """One run: the clients' mean local cumulative regret at T. The last item of ``task``
-    overrides the algorithm's parameters (``--pfhct``)."""
+def _run(
+    function: str,
+    level: str,
+    clients: int,
+    algorithm: str,
+    budget: int,
+    seed: int,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """The in-process federation of one grid run (its server, clients and objectives)."""
     from fedxab.agents.federation import Federation
     from fedxab.config import config_from_dict
 
-    function, level, clients, algorithm, budget, seed, overrides = task
     config = config_from_dict(
         {
             "run": {"seed": seed, "repeats": 1, "budget": budget},
             "objective": {**FUNCTIONS[function], "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": {**ALGORITHMS[algorithm], **overrides},
+            "algorithm": {**ALGORITHMS[algorithm], **(overrides or {})},
             "federation": _federation(function, level, clients),
         }
     )
+    return Federation(config, seed)
+
+
+def run_one(task: tuple[str, str, int, str, int, int, dict[str, Any]]) -> dict[str, Any]:
+    """One run: the clients' mean local cumulative regret at T. The last item of ``task``
+    overrides the algorithm's parameters (``--pfhct``)."""
+    function, level, clients, algorithm, _, seed, _ = task
     start = time.perf_counter()
-    record = Federation(config, seed).run()
+    record = _run(*task).run()
     return {
         "function": function,
         "level": level,
@@ -226,20 +239,10 @@ def free_means(
     node's centre (``average``), or client m's own (``own``). Same noise sequence and partition
     (the run's) in every run; returns the cumulative regrets at ``budget``.
     """
-    from fedxab.agents.federation import Federation
     from fedxab.algorithms.hct import HCT
-    from fedxab.config import config_from_dict
 
     function, level, clients, seed, m, depths, budget = task
-    config = config_from_dict(
-        {
-            "run": {"seed": seed, "repeats": 1, "budget": budget},
-            "objective": {**FUNCTIONS[function], "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": ALGORITHMS["pfhct"],
-            "federation": _federation(function, level, clients),
-        }
-    )
-    federation = Federation(config, seed)
+    federation = _run(function, level, clients, "pfhct", budget, seed)
     objectives, constants = federation.family.clients, federation.server.constants
     f = objectives[m]
     noise = np.random.default_rng([seed, m]).uniform(-0.1, 0.1, budget)
