@@ -21,7 +21,7 @@ Run: ``.venv/bin/python benchmarks/bench_personalized.py [--seeds N] [--budget T
 [--json PATH] [--from-json PATH ...] [--pooled-hct FUNCTION] [--free-means DEPTHS]``.
 
 - ``--quick``: 3 seeds, T = 2000, M = 10 only (each option given explicitly overrides it). The
-  full grid (10 seeds, T = 10^4, M = 10 and 50) takes about 50 min on two cores, ``--jobs 2``.
+  full grid (10 seeds, T = 10^4, M = 10 and 50) takes about an hour on two cores, ``--jobs 2``.
 - ``--first-seed``, ``--algorithms``, ``--pfhct KEY=VALUE``: other seeds (e.g. ones the
   published table does not use), a subset of the algorithms (PF-HCT and local HCT always run),
   and PF-HCT with other parameters: how its defaults were chosen.
