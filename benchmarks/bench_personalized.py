@@ -217,14 +217,20 @@ def pooled_hct(function: str, seed: int, clients: int, budget: int) -> tuple[flo
     f = _objective(function)
     pulls = clients * budget
     hct = HCT(f.domain, **PNE, budget=pulls, seed=seed)
-    noise = np.random.default_rng(seed).uniform(-0.1, 0.1, pulls)
-    regret = np.empty(pulls)
-    for t in range(pulls):
+    regret = _hct_regrets(hct, f, np.random.default_rng(seed).uniform(-0.1, 0.1, pulls))
+    return float(regret[:budget].sum()), float(regret.sum() / clients)
+
+
+def _hct_regrets(hct: Any, f: Any, noise: np.ndarray) -> np.ndarray:
+    """Run ``hct`` on objective ``f`` for ``len(noise)`` pulls, each reward noised by the next
+    value of ``noise``; the regret of every pull."""
+    regret = np.empty(len(noise))
+    for t in range(len(noise)):
         x = hct.ask()
         value = float(f(x[None, :])[0])
         hct.tell(x, value + noise[t])
         regret[t] = f.optimum_value - value
-    return float(regret[:budget].sum()), float(regret.sum() / clients)
+    return regret
 
 
 def free_means(
@@ -261,13 +267,7 @@ def free_means(
             for i, v in zip(nodes.tolist(), values.tolist(), strict=True):
                 stats[(d, i)] = (n, n * v)
         hct.warm_start(stats)
-        total = 0.0
-        for t in range(budget):
-            x = hct.ask()
-            value = float(f(x[None, :])[0])
-            hct.tell(x, value + noise[t])
-            total += f.optimum_value - value
-        return total
+        return float(_hct_regrets(hct, f, noise).sum())
 
     return {
         "seed": seed,
