@@ -338,7 +338,8 @@ class PFHCTServer(PFPNEServer):
         survive, best = eliminate(means, width, slack)
         self._alive[alive[~survive]] = False
         self._round += 1
-        if self._round < len(self._targets) and not self._heterogeneous():
+        handover = self._heterogeneous(self.depth, self.heterogeneity)
+        if self._round < len(self._targets) and not handover:
             step = self._targets[self._round] - self._targets[self._round - 1]
             return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
@@ -351,12 +352,12 @@ class PFHCTServer(PFPNEServer):
             self._nodes, all_means, width, self._alive.copy(), int(alive[best]), len(reports)
         )
 
-    def _heterogeneous(self) -> bool:
-        """The handover rule: the resolution of the current depth, ``nu rho^h``, is at most
-        ``kappa D``. Checked after every round: once it holds, the depth's later rounds would
+    def _heterogeneous(self, depth: int, estimate: float) -> bool:
+        """The handover rule: the resolution of ``depth``, ``nu rho^h``, is at most ``kappa D``
+        (``estimate``). Checked after every round: once it holds, the depth's later rounds would
         only refine global means no client shares, and the depth closes with the samples so
-        far."""
-        return self.constants.slack(self.depth) <= self.kappa * self.heterogeneity
+        far; :meth:`_handover` shares the depths where it did not hold yet."""
+        return self.constants.slack(depth) <= self.kappa * estimate
 
     def _survivor_widths(self, means: np.ndarray, width: float | np.ndarray) -> np.ndarray:
         """How far node i's global mean may be from any one client's mean there:
@@ -383,7 +384,7 @@ class PFHCTServer(PFPNEServer):
         b = super()._handover()
         shared = 0
         for d, d_estimate in enumerate(self.heterogeneity_history, start=1):
-            if self.constants.slack(d) <= self.kappa * d_estimate:
+            if self._heterogeneous(d, d_estimate):
                 break
             shared = d
         if not shared:
@@ -405,7 +406,7 @@ class PFHCTServer(PFPNEServer):
         below ``kappa D``, or sampling ``nodes`` would take stage 1 above ``phi T``."""
         if super()._stops_before(nodes, depth):
             return True
-        if self.history and self._heterogeneous():
+        if self.history and self._heterogeneous(self.depth, self.heterogeneity):
             return True
         cost = len(nodes) * self.constants.pulls_per_client(depth, self.n_clients)
         return self.used + cost > self.phi * self.budget
