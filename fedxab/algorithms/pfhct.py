@@ -9,7 +9,7 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
 
 - **Stage 1** (collaborative): PF-PNE's stage 1 ([PF] Algorithm 1 lines 4-13 and Algorithm 2,
   :class:`~fedxab.algorithms.pfpne.PFPNEServer`, same messages): the clients pull the nodes of
-  ``G^h`` and report their local means (never a raw reward); the server averages them. Three
+  ``G^h`` and report their local means (never a raw reward); the server averages them. Four
   changes on the server:
 
   - *rounds*: a depth is sampled in up to ``rounds_per_depth`` rounds (default 3) of
@@ -28,14 +28,27 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
     round eliminates no node the depth's last round would have had to keep for a
     heterogeneity it cannot see yet.
 
-- **Handover** before the next depth h+1 when the first of these holds: ``nu rho^h <= kappa D``
-  (the tree's resolution at the aggregated depth h is below the heterogeneity: sharing further
-  helps no client; checked after every round, so the depth where it first holds skips its
-  later rounds); the next depth would take stage 1 above ``phi T`` pulls per client (counting
-  all its rounds in full); ``h + 1 > h_max``; the budget is spent. The handover broadcast
-  carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those after which the rule did
-  not hold yet, ``nu rho^d > kappa D_d``) and the global means of the nodes stage 1 eliminated
-  there (:class:`PFHCTBroadcast`), each with the width of its own samples.
+  - *spread*: ``R``, the clients' root-mean-square deviation from their average objective at
+    the round's nodes, estimated without bias by an analysis of variance (:func:`spread`;
+    the noise variance it subtracts comes from each client's successive rounds of a node,
+    :func:`batch_noise`) and counted only when an F test rejects identical clients (a running
+    max, updated every round). ``D`` is a high-probability lower bound on the *largest*
+    deviation, blind when each client has few pulls of a node (``M = 50``: 3 pulls per client
+    at depth 5); ``R`` pools every client and node and sees a typical client's deviation.
+
+- **Handover** before the next depth h+1 when the first of these holds:
+  ``nu rho^h <= max(kappa D, kappa_spread R)`` (``kappa_spread = 0``: ``D`` alone, the rule
+  before ``R``; ``R`` is the latest spread at every depth: measured once the noise can be, from
+  a node's second round on, it describes the coarser depths sampled before too): the tree's
+  resolution at the aggregated depth h is below the heterogeneity, so sharing further helps
+  few clients; checked after every round, so the depth where it first
+  holds skips its later rounds; the next depth would take stage 1 above ``phi T`` pulls per
+  client (counting all its rounds in full); ``h + 1 > h_max``; the budget is spent. The
+  handover broadcast carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those
+  after which the rule did not hold yet, with ``D_d`` the estimate ``D`` after depth d) and
+  the global means of the
+  nodes stage 1 eliminated there (:class:`PFHCTBroadcast`), each with the width of its own
+  samples.
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
   its own objective for its remaining budget. ``stage2 = "tree"`` (default): on the whole
   domain, warm-started with the stage-1 tree (:meth:`~fedxab.algorithms.hct.HCT.warm_start`):
@@ -54,7 +67,8 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
 If the clients differ by more than ``nu rho / kappa`` at depth 1, stage 1 stops after depth 1
 (``|G^1| ceil(tau_1/M)`` pulls per client, 2 with the defaults) and stage 2 is HCT with those
 samples, i.e. local HCT: the cost of trying to collaborate is bounded by that one depth. With
-identical clients ``D`` stays 0 and stage 1 is Fed-PNE's phased elimination down to ``phi T``
+identical clients ``D`` stays 0, ``R`` too unless its test errs (at most ``delta`` over the whole
+stage), and stage 1 is Fed-PNE's phased elimination down to ``phi T``
 pulls, after which each client's HCT starts from the federation's statistics.
 
 **Proven** (the argument of [FX] Lemma B.3 / [PF] Lemma A.3 with the extra slack): on the event
@@ -70,12 +84,15 @@ cells. On the same event (and the clients' local means within their widths), the
 never exceeds the true heterogeneity at the sampled centres.
 
 **Only measured**: that the estimate ``D`` (a lower bound) covers every client's deviation, which
-the proof assumes; that starting HCT from the global statistics with the trust their widths give
-helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
+the proof assumes; that handing over at ``nu rho^h <= max(kappa D, kappa_spread R)`` shares
+the depths that help (the handover rule is a choice, not part of the proof; ``R`` is unbiased
+for the mean squared deviation under independent noise of one variance, the F test exact only
+for Gaussian noise); that starting HCT from the global statistics with the trust their widths
+give helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
 that the eliminated nodes' means of the shared depths help more than they mislead; that the
-defaults ``kappa = 1``, ``phi = 0.1``, ``preload = "global"``, ``rounds_per_depth = 3``,
-``stage2 = "tree"`` are good choices (``docs/algorithms/pfhct.md`` says on which runs each was
-chosen); and the regret against local HCT, PF-PNE and Fed-PNE
+defaults ``kappa = 1``, ``kappa_spread = 0.5``, ``phi = 0.1``, ``preload = "global"``,
+``rounds_per_depth = 3``, ``stage2 = "tree"`` are good choices (``docs/algorithms/pfhct.md``
+says on which runs each was chosen); and the regret against local HCT, PF-PNE and Fed-PNE
 (``benchmarks/bench_personalized.py``). There is no regret bound for PF-HCT as a whole.
 
 Constants: stage 1 uses the phased-elimination constants (:class:`~fedxab.algorithms.pne.
@@ -120,6 +137,68 @@ def node_heterogeneity(
     return np.maximum(np.max(spread, axis=0), 0.0)
 
 
+def spread(
+    local_means: np.ndarray,
+    pulls: np.ndarray,
+    noise: float,
+    noise_dof: int,
+    level: float,
+) -> float:
+    """The clients' root-mean-square heterogeneity ``R`` at a round's nodes; 0 unless significant.
+
+    ``local_means`` has one row per client and one column per node, every client with
+    ``pulls[i]`` samples of node i; ``noise`` is an estimate of the reward noise's variance
+    ``sigma^2`` with ``noise_dof`` degrees of freedom (:func:`batch_noise`). The between-clients
+    part of a one-way analysis of variance, per node: with ``mubar_i`` the nodes' average,
+    ``E[(mu_{m,i} - mubar_i)^2] = (f_m(x_i) - fbar(x_i))^2 + (1 - 1/M) sigma^2 / n_i``, so
+
+    ``R^2 = mean over m, i of (mu_{m,i} - mubar_i)^2 - mean over i of (1 - 1/M) sigma^2 / n_i``
+
+    is unbiased for the clients' mean squared deviation from their average objective at the
+    nodes' centres. ``R`` counts only when the F test rejects identical clients at ``level``:
+    ``sum n_i (mu_{m,i} - mubar_i)^2 / ((M - 1) N sigma^2)`` above the ``1 - level`` quantile of
+    ``F((M - 1) N, noise_dof)``. Without a noise estimate (``noise_dof = 0``) it is 0; with a
+    noise-free one (``noise = 0``) every deviation counts.
+    """
+    from scipy.stats import f as f_distribution  # imported here: scipy.stats is slow to import
+
+    m, n_nodes = local_means.shape
+    if m < 2 or n_nodes == 0 or noise_dof == 0:
+        return 0.0
+    deviations = local_means - local_means.mean(axis=0)
+    r2 = float(np.mean(deviations**2) - np.mean((1 - 1 / m) * noise / pulls))
+    if r2 <= 0:
+        return 0.0
+    dof = (m - 1) * n_nodes
+    if noise > 0:
+        statistic = float(np.sum(pulls * deviations**2)) / (dof * noise)
+        if statistic <= f_distribution.ppf(1 - level, dof, noise_dof):
+            return 0.0
+    return r2**0.5
+
+
+def batch_noise(
+    sums: np.ndarray, squares: np.ndarray, counts: np.ndarray, batches: np.ndarray
+) -> tuple[float, int]:
+    """The reward noise's variance from the clients' successive rounds of the same nodes.
+
+    Client m reports node i's mean ``a_j`` of each round's ``k_j`` pulls (a batch); the server
+    keeps ``sums = sum_j k_j a_j``, ``squares = sum_j k_j a_j^2``, ``counts = sum_j k_j`` per
+    client and node, and ``batches`` (one per node: the rounds it was sampled in). Within one
+    client and node the objective is fixed, so the batch means differ by noise alone:
+    ``E[sum_j k_j (a_j - abar)^2] = (J - 1) sigma^2`` (one-way analysis of variance within
+    client). Returns the pooled sum of squares over ``sum (J - 1)`` and those degrees of freedom
+    (``(0.0, 0)`` before any node has two rounds). Heterogeneity cannot enter it.
+    """
+    several = batches > 1
+    dof = int(np.sum(batches[several] - 1)) * counts.shape[0]
+    if dof == 0:
+        return 0.0, 0
+    c = counts[:, several]
+    within = squares[:, several] - sums[:, several] ** 2 / c
+    return float(np.maximum(within, 0.0).sum()), dof
+
+
 def round_targets(pulls: int, rounds: int) -> list[int]:
     """The cumulative pulls per node and client after each round of a stage-1 depth:
     ``ceil(pulls / 2^(rounds - 1 - j))`` for ``j = 0 .. rounds - 1``, repeats dropped (a depth of
@@ -132,6 +211,12 @@ def _check_fraction(field: str, value: float) -> float:
     if v > 1.0:
         raise ConfigError(field, f"must be > 0 and <= 1, got {value!r}")
     return v
+
+
+def _check_nonnegative(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(field, f"must be a number >= 0, got {value!r}")
+    return float(value)
 
 
 def _check_depth(field: str, value: int) -> int:
@@ -223,11 +308,13 @@ class PFHCTServer(PFPNEServer):
     """The PF-HCT server: PF-PNE's stage 1 in rounds of successive elimination, with
     heterogeneity-aware elimination and handover.
 
-    ``kappa`` (> 0): hand over once ``nu rho^h <= kappa D``; ``phi`` (in (0, 1]): stage 1 uses at
-    most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth (0: plain local HCT);
-    ``rounds_per_depth`` (>= 1): rounds per depth (:func:`round_targets`).
-    :attr:`heterogeneity` is the running estimate ``D``; :attr:`heterogeneity_history` its value
-    after each aggregated depth.
+    ``kappa`` (> 0) and ``kappa_spread`` (>= 0; 0: ``D`` alone): hand over once
+    ``nu rho^h <= max(kappa D, kappa_spread R)`` (:meth:`_heterogeneous`); ``phi`` (in (0, 1]):
+    stage 1 uses at most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth
+    (0: plain local HCT); ``rounds_per_depth`` (>= 1): rounds per depth
+    (:func:`round_targets`). :attr:`heterogeneity` is the running estimate ``D``,
+    :attr:`heterogeneity_history` its value after each aggregated depth, :attr:`spread` the
+    running ``R`` (:func:`spread`).
     """
 
     broadcast_class = PFHCTBroadcast
@@ -245,6 +332,7 @@ class PFHCTServer(PFPNEServer):
         c1: float | None = None,
         delta: float | None = None,
         kappa: float = 1.0,
+        kappa_spread: float = 0.5,
         phi: float = 0.1,
         h_max: int = 20,
         rounds_per_depth: int = 3,
@@ -267,22 +355,31 @@ class PFHCTServer(PFPNEServer):
             seed=seed,
         )
         self.kappa = check_positive("algorithm.kappa", kappa)
+        self.kappa_spread = _check_nonnegative("algorithm.kappa_spread", kappa_spread)
         self.phi = _check_fraction("algorithm.phi", phi)
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
         self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
         self.heterogeneity = 0.0
+        self.spread = 0.0
         self.heterogeneity_history: list[float] = []
+        # the F test of spread(): the concentration event's delta over at most rounds_per_depth
+        # tests per depth and h_max depths
+        self._level = self.constants.delta / (self.rounds_per_depth * max(self.h0, 1))
+        self._noise = (0.0, 0)  # batch_noise() of the depths closed: sum of squares, dof
         self._before = 0.0  # D before the current depth
         self._aggregated = 0  # stage-1 rounds aggregated
         # the current depth: its nodes G^h, the cumulative pulls per node and client after each
-        # round, which nodes are still sampled, each client's reward sums and pulls per node,
-        # and the heterogeneity each node showed when it was last sampled
+        # round, which nodes are still sampled, each client's reward sums, sums of pulls x
+        # squared round means and pulls per node, the rounds each node was sampled in, and the
+        # heterogeneity each node showed when it was last sampled
         self._targets: list[int] = []
         self._round = 0  # index of the open round in _targets
         self._nodes = np.empty(0, dtype=np.int64)
         self._alive = np.empty(0, dtype=bool)
         self._sums = np.empty((n_clients, 0))
+        self._squares = np.empty((n_clients, 0))
         self._counts = np.empty((n_clients, 0), dtype=np.int64)
+        self._batches = np.empty(0, dtype=np.int64)
         self._shown = np.empty(0)
         self._eliminated: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
 
@@ -299,7 +396,9 @@ class PFHCTServer(PFPNEServer):
         self._nodes = nodes
         self._alive = np.ones(len(nodes), dtype=bool)
         self._sums = np.zeros((self.n_clients, len(nodes)))
+        self._squares = np.zeros((self.n_clients, len(nodes)))
         self._counts = np.zeros((self.n_clients, len(nodes)), dtype=np.int64)
+        self._batches = np.zeros(len(nodes), dtype=np.int64)
         self._shown = np.zeros(len(nodes))
         self._before = self.heterogeneity
         self._round = 0
@@ -308,15 +407,18 @@ class PFHCTServer(PFPNEServer):
     def _aggregate(self, reports: list[PFPNEReport]) -> PFPNEBroadcast:
         """Successive elimination inside the depth: add the round's local means to each
         client's sums, update ``D`` from the clients' means so far (each with the width of its
-        own count), eliminate with slack ``nu rho^h + 2 D`` and the width of the samples so far;
-        then the next round on the survivors, or, after the last, the depth's record and the
-        next depth. One round per depth (``rounds_per_depth = 1``) is PF-PNE's stage 1."""
+        own count) and ``R`` (:meth:`_update_spread`), eliminate with slack ``nu rho^h + 2 D``
+        and the width of the samples so far; then the next round on the survivors, or, after the
+        last, the depth's record and the next depth. One round per depth
+        (``rounds_per_depth = 1``) is PF-PNE's stage 1."""
         assert self._current is not None
         pulls, const = self._current.pulls_per_node, self.constants
         alive = np.flatnonzero(self._alive)
         for r in reports:
             self._sums[r.client, alive] += r.means * pulls
+            self._squares[r.client, alive] += r.means**2 * pulls
             self._counts[r.client, alive] += pulls
+        self._batches[alive] += 1
         self.used += self.phase_length
         self._aggregated += 1
         counts, sums = self._counts[:, alive], self._sums[:, alive]
@@ -327,6 +429,7 @@ class PFHCTServer(PFPNEServer):
         local_widths = const.width(counts[seen, :1]) + width
         self._shown[alive] = node_heterogeneity(sums[seen] / counts[seen], means, local_widths)
         self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown[alive])))
+        self._update_spread(seen, alive)
         final = self._targets[-1]
         unseen = (
             float(const.width(counts[seen, 0].min()))
@@ -343,6 +446,7 @@ class PFHCTServer(PFPNEServer):
             step = self._targets[self._round] - self._targets[self._round - 1]
             return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
+        self._noise = self._depth_noise(seen)
         totals = self._counts.sum(axis=0)  # every node of G^h was sampled in the first round
         all_means = self._sums.sum(axis=0) / totals
         gone = ~self._alive
@@ -352,12 +456,32 @@ class PFHCTServer(PFPNEServer):
             self._nodes, all_means, width, self._alive.copy(), int(alive[best]), len(reports)
         )
 
-    def _heterogeneous(self, depth: int, estimate: float) -> bool:
-        """The handover rule: the resolution of ``depth``, ``nu rho^h``, is at most ``kappa D``
-        (``estimate``). Checked after every round: once it holds, the depth's later rounds would
-        only refine global means no client shares, and the depth closes with the samples so
-        far; :meth:`_handover` shares the depths where it did not hold yet."""
-        return self.constants.slack(depth) <= self.kappa * estimate
+    def _depth_noise(self, seen: np.ndarray) -> tuple[float, int]:
+        """:func:`batch_noise` of the depths closed and the current one (clients ``seen``)."""
+        ss, dof = batch_noise(
+            self._sums[seen], self._squares[seen], self._counts[seen], self._batches
+        )
+        return self._noise[0] + ss, self._noise[1] + dof
+
+    def _update_spread(self, seen: np.ndarray, alive: np.ndarray) -> None:
+        """``R = max(R, spread(...))`` at the nodes sampled this round, with the noise variance
+        pooled over every stage-1 round so far (:meth:`_depth_noise`)."""
+        ss, dof = self._depth_noise(seen)
+        counts = self._counts[seen][:, alive]
+        means = self._sums[seen][:, alive] / counts
+        noise = ss / dof if dof else 0.0
+        self.spread = max(self.spread, spread(means, counts[0], noise, dof, self._level))
+
+    def _heterogeneous(self, depth: int, bound: float) -> bool:
+        """The handover rule: the resolution of ``depth``, ``nu rho^h``, is at most
+        ``max(kappa D, kappa_spread R)``, with ``D = bound`` and ``R`` the latest spread (a
+        typical client's deviation, measured once the noise can be, from a node's second round
+        on: it describes the coarser depths sampled before too). Checked after every round:
+        once it holds, the depth's later rounds would only refine global means no client
+        shares, and the depth closes with the samples so far; :meth:`_handover` shares the
+        depths where it did not hold yet."""
+        heterogeneity = max(self.kappa * bound, self.kappa_spread * self.spread)
+        return self.constants.slack(depth) <= heterogeneity
 
     def _survivor_widths(self, means: np.ndarray, width: float | np.ndarray) -> np.ndarray:
         """How far node i's global mean may be from any one client's mean there:
@@ -372,9 +496,10 @@ class PFHCTServer(PFPNEServer):
         """PF-PNE's handover, plus what the clients' trees may take from the federation.
 
         ``shared_depth``: the depths d at which the handover rule still found sharing useful,
-        ``nu rho^d > kappa D_d`` with ``D_d`` the estimate after depth d (every depth when
-        ``D = 0``; the trust rule still weighs each shared mean by its width); at the depth
-        where the heterogeneity reached the tree's resolution and below, a client keeps its
+        ``nu rho^d > max(kappa D_d, kappa_spread R)`` with ``D_d`` the estimate after depth d and
+        ``R`` the latest spread (:meth:`_heterogeneous`; every depth when both are 0; the
+        trust rule still weighs each shared mean by its width); at the
+        depth where the heterogeneity reached the tree's resolution and below, a client keeps its
         own samples: there the global means describe no one client. The global means of the
         nodes eliminated at the shared depths, each with the width of its own samples: there
         the eliminations hold for every client within ``D`` of the average (the elimination
@@ -403,7 +528,8 @@ class PFHCTServer(PFPNEServer):
 
     def _stops_before(self, nodes: np.ndarray, depth: int) -> bool:
         """PF-PNE's rule (``depth > h_max``, budget spent), or the resolution of the last depth is
-        below ``kappa D``, or sampling ``nodes`` would take stage 1 above ``phi T``."""
+        below the heterogeneity (:meth:`_heterogeneous`), or sampling ``nodes`` would take stage 1
+        above ``phi T``."""
         if super()._stops_before(nodes, depth):
             return True
         if self.history and self._heterogeneous(self.depth, self.heterogeneity):

@@ -13,8 +13,10 @@ from fedxab.algorithms.pfhct import (
     PFHCTBroadcast,
     PFHCTClient,
     PFHCTServer,
+    batch_noise,
     node_heterogeneity,
     round_targets,
+    spread,
 )
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEFinished, PFPNEReport
 from fedxab.algorithms.pne import PNEConstants, children
@@ -69,6 +71,88 @@ def test_heterogeneity_takes_each_clients_own_width():
     np.testing.assert_allclose(node_heterogeneity(local, mean, widths), [0.15, 0.0])
 
 
+# ------------------------------------------------------------------------ spread estimate R
+def test_batch_noise_is_the_variance_of_a_clients_round_means_within_a_node():
+    """Client 0 reports node 0's means 1 then 3 (one pull each): sample variance 2, 1 dof;
+    node 1 was sampled in one round only and adds nothing; client 1 adds 0 with 1 dof."""
+    sums = np.array([[4.0, 5.0], [4.0, 5.0]])
+    squares = np.array([[10.0, 25.0], [8.0, 25.0]])
+    counts = np.array([[2, 1], [2, 1]])
+    assert batch_noise(sums, squares, counts, np.array([2, 1])) == (pytest.approx(2.0), 2)
+    assert batch_noise(sums, squares, counts, np.array([1, 1])) == (0.0, 0)
+
+
+def test_spread_is_the_root_mean_square_deviation_when_the_noise_is_known_to_be_zero():
+    local = np.array([[0.3, 0.0], [-0.3, 0.0]]) + 0.5  # deviations 0.3, 0: mean square 0.045
+    assert spread(local, np.array([4, 4]), 0.0, 10, 0.01) == pytest.approx(0.045**0.5)
+    assert spread(local, np.array([4, 4]), 0.0, 0, 0.01) == 0.0  # no noise estimate yet
+
+
+def test_spread_subtracts_the_noise_and_needs_a_significant_f_test():
+    local = np.array([[0.6, 0.5], [0.4, 0.5]])  # mean square deviation 0.005
+    noise, n = 0.01, np.array([2, 2])  # expected noise part (1 - 1/2) 0.01 / 2 = 0.0025
+    assert spread(local, n, noise, 10**6, 1e-9) == 0.0  # F = 2 on 2 dof: not significant
+    assert spread(local, n, noise, 10**6, 0.2) == pytest.approx(0.0025**0.5)
+
+
+@pytest.mark.parametrize("rms", [0.0, 0.05, 0.2])
+def test_spread_estimates_the_clients_rms_deviation_under_noise(rms):
+    """20 clients, 8 nodes, 3 pulls each, Gaussian noise sd 0.1 (seed 0): R within 0.02 of the
+    true root-mean-square deviation (0 with identical clients: the test does not reject)."""
+    rng = np.random.default_rng(0)
+    deviation = rng.normal(0.0, 1.0, (20, 8))
+    deviation = rms * (deviation - deviation.mean(axis=0)) / np.sqrt(np.mean(deviation**2))
+    pulls = rng.normal(0.5 + deviation[..., None], 0.1, (20, 8, 3))
+    noise = float(np.mean(np.var(pulls, axis=2, ddof=1)))
+    r = spread(pulls.mean(axis=2), np.full(8, 3), noise, 20 * 8 * 2, 0.001)
+    assert r == pytest.approx(rms, abs=0.02)
+
+
+def test_spread_rarely_rejects_identical_clients():
+    """1,000 federations of identical clients (seed 1): the F test at level 0.01 rejects in
+    about 1% of them (tolerance: at most 2.5%)."""
+    rng = np.random.default_rng(1)
+    wrong = 0
+    for _ in range(1000):
+        pulls = rng.normal(0.5, 0.1, (10, 4, 2))
+        noise = float(np.mean(np.var(pulls, axis=2, ddof=1)))
+        wrong += spread(pulls.mean(axis=2), np.full(4, 2), noise, 40, 0.01) > 0
+    assert wrong <= 25
+
+
+def test_the_spread_hands_over_where_the_bound_d_is_blind():
+    """Deviations of 0.05 at node 1, far inside the widths (D = 0), the same means every round
+    (noise 0): after depth 1's second round R = 0.05 / sqrt(2) and nu rho = 0.5 <=
+    kappa_spread R = 3.5 hands over; with kappa_spread = 0 stage 1 goes on."""
+    rows = [[0.55, 0.5], [0.45, 0.5]]
+    for kappa_spread, final in ((100.0, True), (0.0, False)):
+        server = _deep_server(kappa_spread=kappa_spread)
+        server.start()
+        b = _report_depth(server, rows)
+        assert not b.final and b.depth == 1 and server.spread == 0.0  # one round: no noise yet
+        b = _report_depth(server, rows)
+        assert server.heterogeneity == 0.0 and server.spread == pytest.approx(0.05 / 2**0.5)
+        assert b.final == final and server.rounds == 2
+
+
+@pytest.mark.parametrize(("kappa_spread", "shared"), [(4.0, 1), (6.0, 0)])
+def test_the_spread_found_later_withholds_the_coarser_depths_it_describes(kappa_spread, shared):
+    """c = 0.1: depth 1 in one round (no noise estimate, R = 0 there), depth 2 in two rounds with
+    deviations of 0.2 at one node, inside the widths (D = 0): after depth 2's second round
+    R = 0.1, and nu rho^2 = 0.25 <= kappa_spread R hands over. Depth 1 (nu rho = 0.5) stays
+    shared with kappa_spread R = 0.4 and is withheld with 0.6, although R was 0 after it."""
+    server = _server(m=2, t=10**6, phi=1.0, kappa_spread=kappa_spread)
+    b = server.start()
+    b = _report_depth(server, [[0.5, 0.5]] * 2)
+    assert (b.depth, b.pulls_per_node, server.spread) == (2, 1, 0.0)
+    rows = [[0.7, 0.5, 0.5, 0.5], [0.3, 0.5, 0.5, 0.5]]
+    b = _report_depth(server, rows)
+    assert not b.final and server.spread == 0.0
+    b = _report_depth(server, rows)
+    assert server.heterogeneity == 0.0 and server.spread == pytest.approx(0.1)
+    assert b.final and b.survivor_depth == 2 and b.shared_depth == shared
+
+
 # ------------------------------------------------------------ successive rounds inside a depth
 def test_round_targets_double_up_to_the_depths_pulls():
     assert round_targets(30, 3) == [8, 15, 30]
@@ -80,7 +164,7 @@ def test_round_targets_double_up_to_the_depths_pulls():
 
 def _deep_server(**kw):
     """Two clients, c = 1: depth 1 takes ceil(tau_1 / 2) = 30 pulls, in rounds of 8, 7, 15."""
-    return _server(m=2, t=10**6, c=1.0, kappa=1e-6, phi=1.0, **kw)
+    return _server(m=2, t=10**6, c=1.0, phi=1.0, **{"kappa": 1e-6, **kw})
 
 
 def _early_slack(server, first, final):
@@ -414,6 +498,8 @@ def test_h_max_caps_stage_one_and_zero_means_plain_local_hct():
     ("key", "value"),
     [
         ("kappa", 0),
+        ("kappa_spread", -1),
+        ("kappa_spread", "x"),
         ("phi", 0),
         ("phi", 1.5),
         ("h_max", -1),
