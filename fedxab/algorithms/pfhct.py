@@ -31,24 +31,24 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
   - *spread*: ``R``, the clients' root-mean-square deviation from their average objective at
     the round's nodes, estimated without bias by an analysis of variance (:func:`spread`;
     the noise variance it subtracts comes from each client's successive rounds of a node,
-    :func:`batch_noise`) and counted only when an F test rejects identical clients (a running
-    max, updated every round). ``D`` is a high-probability lower bound on the *largest*
-    deviation, blind when each client has few pulls of a node (``M = 50``: 3 pulls per client
-    at depth 5); ``R`` pools every client and node and sees a typical client's deviation.
+    :func:`batch_noise`) and counted only when an F test rejects identical clients, at level
+    ``delta / (rounds_per_depth h_max)`` per test (a running max, updated every round). ``D``
+    is a high-probability lower bound on the *largest* deviation, blind when each client has
+    few pulls of a node (``M = 50``: 3 pulls per client at depth 5); ``R`` pools every client
+    and node and sees a typical client's deviation.
 
 - **Handover** before the next depth h+1 when the first of these holds:
-  ``nu rho^h <= max(kappa D, kappa_spread R)`` (``kappa_spread = 0``: ``D`` alone, the rule
-  before ``R``; ``R`` is the latest spread at every depth: measured once the noise can be, from
-  a node's second round on, it describes the coarser depths sampled before too): the tree's
-  resolution at the aggregated depth h is below the heterogeneity, so sharing further helps
-  few clients; checked after every round, so the depth where it first
-  holds skips its later rounds; the next depth would take stage 1 above ``phi T`` pulls per
-  client (counting all its rounds in full); ``h + 1 > h_max``; the budget is spent. The
-  handover broadcast carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those
-  after which the rule did not hold yet, with ``D_d`` the estimate ``D`` after depth d) and
-  the global means of the
-  nodes stage 1 eliminated there (:class:`PFHCTBroadcast`), each with the width of its own
-  samples.
+  ``nu rho^h <= max(kappa D, kappa_spread R)``, the tree's resolution at the aggregated depth h
+  below the heterogeneity, so that sharing further helps few clients (``kappa_spread = 0``:
+  ``D`` alone, the rule before ``R``; checked after every round, so the depth where it first
+  holds skips its later rounds); the next depth would take stage 1 above ``phi T`` pulls per
+  client (counting all its rounds in full); ``h + 1 > h_max``; the budget is spent. ``R`` is
+  the latest spread at every depth: it is measured once the noise can be (from a node's second
+  round on) and then describes the coarser depths sampled before too. The handover broadcast
+  carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those after which the rule
+  did not hold, with ``D`` as it was after the depth and the latest ``R``) and the global means
+  of the nodes stage 1 eliminated there (:class:`PFHCTBroadcast`), each with the width of its
+  own samples.
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
   its own objective for its remaining budget. ``stage2 = "tree"`` (default): on the whole
   domain, warm-started with the stage-1 tree (:meth:`~fedxab.algorithms.hct.HCT.warm_start`):
@@ -67,9 +67,9 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
 If the clients differ by more than ``nu rho / kappa`` at depth 1, stage 1 stops after depth 1
 (``|G^1| ceil(tau_1/M)`` pulls per client, 2 with the defaults) and stage 2 is HCT with those
 samples, i.e. local HCT: the cost of trying to collaborate is bounded by that one depth. With
-identical clients ``D`` stays 0, ``R`` too unless its test errs (at most ``delta`` over the whole
-stage), and stage 1 is Fed-PNE's phased elimination down to ``phi T``
-pulls, after which each client's HCT starts from the federation's statistics.
+identical clients ``D`` stays 0, ``R`` too unless its test errs (at most ``delta`` over the
+whole stage), and stage 1 is Fed-PNE's phased elimination down to ``phi T`` pulls, after which
+each client's HCT starts from the federation's statistics.
 
 **Proven** (the argument of [FX] Lemma B.3 / [PF] Lemma A.3 with the extra slack): on the event
 that every global mean is within its width ``b`` of the average objective ``fbar`` at the node's
@@ -187,8 +187,9 @@ def batch_noise(
     client and node, and ``batches`` (one per node: the rounds it was sampled in). Within one
     client and node the objective is fixed, so the batch means differ by noise alone:
     ``E[sum_j k_j (a_j - abar)^2] = (J - 1) sigma^2`` (one-way analysis of variance within
-    client). Returns the pooled sum of squares over ``sum (J - 1)`` and those degrees of freedom
-    (``(0.0, 0)`` before any node has two rounds). Heterogeneity cannot enter it.
+    client), and heterogeneity cannot enter the estimate. Returns the sum of those squares over
+    clients and nodes and its degrees of freedom, ``sum (J - 1)`` (``(0.0, 0)`` before any node
+    has two rounds): their ratio estimates ``sigma^2``.
     """
     several = batches > 1
     dof = int(np.sum(batches[several] - 1)) * counts.shape[0]
@@ -498,9 +499,9 @@ class PFHCTServer(PFPNEServer):
         ``shared_depth``: the depths d at which the handover rule still found sharing useful,
         ``nu rho^d > max(kappa D_d, kappa_spread R)`` with ``D_d`` the estimate after depth d and
         ``R`` the latest spread (:meth:`_heterogeneous`; every depth when both are 0; the
-        trust rule still weighs each shared mean by its width); at the
-        depth where the heterogeneity reached the tree's resolution and below, a client keeps its
-        own samples: there the global means describe no one client. The global means of the
+        trust rule still weighs each shared mean by its width); at the depth where the
+        heterogeneity reached the tree's resolution and below, a client keeps its own samples:
+        there the global means describe no one client. The global means of the
         nodes eliminated at the shared depths, each with the width of its own samples: there
         the eliminations hold for every client within ``D`` of the average (the elimination
         lemma), so a client's HCT need not come back to those cells unless its own samples
