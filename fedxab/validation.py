@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from fedxab.errors import ConfigError
 
 RHO_MIN = 1e-3
@@ -42,6 +44,16 @@ def check_positive(field: str, value: float, upper: float | None = None) -> floa
     if not math.isfinite(v) or v <= 0 or (upper is not None and v >= upper):
         bound = f" and < {upper}" if upper is not None else ""
         raise ConfigError(field, f"must be > 0{bound}, got {value!r}")
+    return v
+
+
+def check_nonnegative(field: str, value: object) -> float:
+    """``value`` as a finite float >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(field, f"must be a non-negative number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
     return v
 
 

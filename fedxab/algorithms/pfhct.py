@@ -118,7 +118,12 @@ from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PF
 from fedxab.algorithms.pne import eliminate
 from fedxab.algorithms.protocol import Evaluate, wire_array, wire_int
 from fedxab.errors import ConfigError, ProtocolError
-from fedxab.validation import check_choice, check_positive, check_positive_int
+from fedxab.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 
 PRELOADS = ("global", "own", "none")
 STAGE2 = ("tree", "cells")
@@ -212,12 +217,6 @@ def _check_fraction(field: str, value: float) -> float:
     if v > 1.0:
         raise ConfigError(field, f"must be > 0 and <= 1, got {value!r}")
     return v
-
-
-def _check_nonnegative(field: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ConfigError(field, f"must be a number >= 0, got {value!r}")
-    return float(value)
 
 
 def _check_depth(field: str, value: int) -> int:
@@ -356,7 +355,7 @@ class PFHCTServer(PFPNEServer):
             seed=seed,
         )
         self.kappa = check_positive("algorithm.kappa", kappa)
-        self.kappa_spread = _check_nonnegative("algorithm.kappa_spread", kappa_spread)
+        self.kappa_spread = check_nonnegative("algorithm.kappa_spread", kappa_spread)
         self.phi = _check_fraction("algorithm.phi", phi)
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
         self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)

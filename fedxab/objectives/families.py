@@ -17,7 +17,6 @@ maximiser (regret is measured per client in PF-PNE, on the global objective in F
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from fedxab.objectives.gp import (
 )
 from fedxab.objectives.optimize import known_maximizers, maximize_on_box
 from fedxab.seeding import stream
+from fedxab.validation import check_nonnegative
 
 __all__ = [
     "GP_PERTURBATIONS",
@@ -240,15 +240,6 @@ def _check_common(base: object, n_clients: object, seed: object) -> int:
     return int(n_clients)
 
 
-def _check_scale(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(field, f"must be a non-negative number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0:
-        raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
-    return v
-
-
 def value_offset_family(
     base: Objective, n_clients: int, seed: int, scale: float = 1.0
 ) -> ClientFamily:
@@ -260,7 +251,7 @@ def value_offset_family(
     the original function; the mean of the offsets is not added), so regret uses the true base f*.
     """
     m_count = _check_common(base, n_clients, seed)
-    sd = _check_scale(scale, "family.scale")
+    sd = check_nonnegative("family.scale", scale)
     clients = tuple(
         OffsetObjective(base, sd * float(stream(int(seed), "family", m).standard_normal()))
         for m in range(m_count)
@@ -293,7 +284,7 @@ def input_shift_family(
     elif isinstance(shift_scale, int | float | np.integer | np.floating) and not isinstance(
         shift_scale, bool
     ):
-        sigma = np.full(base.dim, _check_scale(shift_scale, "family.shift_scale"))
+        sigma = np.full(base.dim, check_nonnegative("family.shift_scale", shift_scale))
     else:
         try:
             values = list(shift_scale)  # type: ignore[arg-type]
@@ -307,7 +298,7 @@ def input_shift_family(
                 "family.shift_scale",
                 f"must have one entry per dimension ({base.dim}), got {len(values)}",
             )
-        sigma = np.array([_check_scale(v, "family.shift_scale") for v in values])
+        sigma = np.array([check_nonnegative("family.shift_scale", v) for v in values])
     clients = tuple(
         ShiftedObjective(base, sigma * stream(int(seed), "family", m).standard_normal(base.dim))
         for m in range(m_count)
@@ -380,7 +371,7 @@ def gp_sample_family(
     f = gp_grid_values(stream(base_seed, GP_FAMILY_ROLE), size, ell)
 
     if alpha is not None:
-        a = _check_scale(alpha, "family.alpha")
+        a = check_nonnegative("family.alpha", alpha)
         if a > 1.0:
             raise ConfigError("family.alpha", f"must lie in [0, 1], got {alpha!r}")
         for name, value in (("magnitude", magnitude), ("per", per)):
@@ -401,7 +392,7 @@ def gp_sample_family(
         glob = GridObjective(total / m_count, name=f"mean(gp-mixture, N={m_count})")
         return ClientFamily(global_objective=glob, clients=clients, kind="gp_mixture")
 
-    d = 0.02 if magnitude is None else _check_scale(magnitude, "family.magnitude")
+    d = 0.02 if magnitude is None else check_nonnegative("family.magnitude", magnitude)
     mode = "point" if per is None else per
     if mode not in GP_PERTURBATIONS:
         raise ConfigError(

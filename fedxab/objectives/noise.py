@@ -23,13 +23,13 @@ intervals deep in a tail are sampled correctly), never rejection loops.
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
 from fedxab.errors import ConfigError, ObjectiveError
+from fedxab.validation import check_nonnegative
 
 __all__ = [
     "NOISE_MODELS",
@@ -42,15 +42,6 @@ __all__ = [
 ]
 
 _FIELD = "objective.noise"
-
-
-def _check_nonneg(value: object, param: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{_FIELD}.{param}", f"must be a non-negative number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0.0:
-        raise ConfigError(f"{_FIELD}.{param}", f"must be a finite number >= 0, got {value!r}")
-    return v
 
 
 def _as_values(fx: np.ndarray) -> np.ndarray:
@@ -95,7 +86,7 @@ class UniformNoise(NoiseModel):
     name = "uniform"
 
     def __init__(self, half_width: float = 0.1) -> None:
-        self.half_width = _check_nonneg(half_width, "half_width")
+        self.half_width = check_nonnegative(f"{_FIELD}.half_width", half_width)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -113,7 +104,7 @@ class GaussianNoise(NoiseModel):
     name = "gaussian"
 
     def __init__(self, sigma: float) -> None:
-        self.sigma = _check_nonneg(sigma, "sigma")
+        self.sigma = check_nonnegative(f"{_FIELD}.sigma", sigma)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -164,7 +155,7 @@ class TruncatedGaussianNoise(NoiseModel):
     MODES = ("symmetric", "asymmetric", "clip")
 
     def __init__(self, sigma: float = 1.0, mode: str = "symmetric") -> None:
-        self.sigma = _check_nonneg(sigma, "sigma")
+        self.sigma = check_nonnegative(f"{_FIELD}.sigma", sigma)
         if mode not in self.MODES:
             raise ConfigError(
                 f"{_FIELD}.mode", f"unknown mode {mode!r}; allowed: {', '.join(self.MODES)}"
