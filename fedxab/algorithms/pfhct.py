@@ -429,7 +429,8 @@ class PFHCTServer(PFPNEServer):
         local_widths = const.width(counts[seen, :1]) + width
         self._shown[alive] = node_heterogeneity(sums[seen] / counts[seen], means, local_widths)
         self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown[alive])))
-        self._update_spread(seen, alive)
+        noise = self._depth_noise(seen)
+        self._update_spread(seen, alive, noise)
         final = self._targets[-1]
         unseen = (
             float(const.width(counts[seen, 0].min()))
@@ -446,7 +447,7 @@ class PFHCTServer(PFPNEServer):
             step = self._targets[self._round] - self._targets[self._round - 1]
             return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
-        self._noise = self._depth_noise(seen)
+        self._noise = noise
         totals = self._counts.sum(axis=0)  # every node of G^h was sampled in the first round
         all_means = self._sums.sum(axis=0) / totals
         gone = ~self._alive
@@ -463,14 +464,14 @@ class PFHCTServer(PFPNEServer):
         )
         return self._noise[0] + ss, self._noise[1] + dof
 
-    def _update_spread(self, seen: np.ndarray, alive: np.ndarray) -> None:
-        """``R = max(R, spread(...))`` at the nodes sampled this round, with the noise variance
-        pooled over every stage-1 round so far (:meth:`_depth_noise`)."""
-        ss, dof = self._depth_noise(seen)
+    def _update_spread(self, seen: np.ndarray, alive: np.ndarray, noise: tuple[float, int]) -> None:
+        """``R = max(R, spread(...))`` at the nodes sampled this round, with ``noise`` the noise
+        sum of squares and dof pooled over every stage-1 round so far (:meth:`_depth_noise`)."""
+        ss, dof = noise
         counts = self._counts[seen][:, alive]
         means = self._sums[seen][:, alive] / counts
-        noise = ss / dof if dof else 0.0
-        self.spread = max(self.spread, spread(means, counts[0], noise, dof, self._level))
+        variance = ss / dof if dof else 0.0
+        self.spread = max(self.spread, spread(means, counts[0], variance, dof, self._level))
 
     def _heterogeneous(self, depth: int, bound: float) -> bool:
         """The handover rule: the resolution of ``depth``, ``nu rho^h``, is at most
