@@ -427,10 +427,11 @@ class PFHCTServer(PFPNEServer):
         means = sums.sum(axis=0) / total
         width = float(const.width(total))  # b(N), N = M ceil(tau_h/M) after the last round
         local_widths = const.width(counts[seen, :1]) + width
-        self._shown[alive] = node_heterogeneity(sums[seen] / counts[seen], means, local_widths)
+        local_means = sums[seen] / counts[seen]
+        self._shown[alive] = node_heterogeneity(local_means, means, local_widths)
         self.heterogeneity = max(self.heterogeneity, float(np.max(self._shown[alive])))
         noise = self._depth_noise(seen)
-        self._update_spread(seen, alive, noise)
+        self._update_spread(local_means, counts[seen][0], noise)
         final = self._targets[-1]
         unseen = (
             float(const.width(counts[seen, 0].min()))
@@ -464,14 +465,15 @@ class PFHCTServer(PFPNEServer):
         )
         return self._noise[0] + ss, self._noise[1] + dof
 
-    def _update_spread(self, seen: np.ndarray, alive: np.ndarray, noise: tuple[float, int]) -> None:
-        """``R = max(R, spread(...))`` at the nodes sampled this round, with ``noise`` the noise
-        sum of squares and dof pooled over every stage-1 round so far (:meth:`_depth_noise`)."""
+    def _update_spread(
+        self, local_means: np.ndarray, pulls: np.ndarray, noise: tuple[float, int]
+    ) -> None:
+        """``R = max(R, spread(...))`` at the nodes sampled this round (the clients'
+        ``local_means`` so far, ``pulls`` per client and node), with ``noise`` the noise sum of
+        squares and dof pooled over every stage-1 round so far (:meth:`_depth_noise`)."""
         ss, dof = noise
-        counts = self._counts[seen][:, alive]
-        means = self._sums[seen][:, alive] / counts
         variance = ss / dof if dof else 0.0
-        self.spread = max(self.spread, spread(means, counts[0], variance, dof, self._level))
+        self.spread = max(self.spread, spread(local_means, pulls, variance, dof, self._level))
 
     def _heterogeneous(self, depth: int, bound: float) -> bool:
         """The handover rule: the resolution of ``depth``, ``nu rho^h``, is at most
