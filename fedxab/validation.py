@@ -57,6 +57,13 @@ def check_nonnegative(field: str, value: object) -> float:
     return v
 
 
+def check_bool(field: str, value: object) -> bool:
+    """``value`` if it is true or false (a NumPy boolean too)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(field, f"must be true or false, got {value!r}")
+    return bool(value)
+
+
 def check_rho(field: str, value: float) -> float:
     """A tree's shrink rate: a number in [:data:`RHO_MIN`, 1)."""
     rho = check_positive(field, value, upper=1.0)

@@ -58,6 +58,7 @@ from fedxab.objectives.base import Objective
 from fedxab.objectives.cache import EvaluationCache, check_cache_size
 from fedxab.objectives.families import AverageObjective, ClientFamily
 from fedxab.seeding import stream
+from fedxab.validation import check_bool
 
 __all__ = [
     "COORDINATES",
@@ -335,12 +336,6 @@ def _check_field(value: object, n_fields: int = N_FIELDS, name: str = "objective
     return int(value)
 
 
-def _check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise ConfigError(name, f"must be true or false, got {value!r}")
-    return bool(value)
-
-
 def _domain(log_scale: bool) -> list[list[float]]:
     if log_scale:
         return [[math.log10(lo), math.log10(hi)] for lo, hi in (GAMMA_RANGE, C_RANGE)]
@@ -384,7 +379,7 @@ class LandmineSVM(Objective):
         cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
         self.field = _check_field(field)
-        self.log_scale = _check_bool(log_scale, "objective.log_scale")
+        self.log_scale = check_bool("objective.log_scale", log_scale)
         self.cache = EvaluationCache(check_cache_size(cache_size))
         _sklearn()  # fail early, with the install hint, when scikit-learn is missing
         self.data = load_landmine(data_path)

@@ -23,6 +23,7 @@ from scipy.optimize import brentq, root
 from fedxab.errors import ConfigError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.optimize import maximize_on_box
+from fedxab.validation import check_bool
 
 __all__ = [
     "Ackley",
@@ -33,12 +34,6 @@ __all__ = [
     "SineProduct",
     "SyntheticObjective",
 ]
-
-
-def _check_bool(value: object, field: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise ConfigError(field, f"must be true or false, got {value!r}")
-    return bool(value)
 
 
 def _check_dim(value: object, field: str = "objective.dim") -> int:
@@ -117,7 +112,7 @@ class DoubleSine(SyntheticObjective):
     name = "doublesine"
 
     def __init__(self, normalized: bool = True) -> None:
-        self.normalized = _check_bool(normalized, "objective.normalized")
+        self.normalized = check_bool("objective.normalized", normalized)
         self.rho1, self.rho2, self.center = 0.3, 0.8, 0.5
         self._e1 = -math.log2(self.rho1)
         self._e2 = -math.log2(self.rho2)
@@ -184,7 +179,7 @@ class Himmelblau(SyntheticObjective):
     name = "himmelblau"
 
     def __init__(self, normalized: bool = True) -> None:
-        self.normalized = _check_bool(normalized, "objective.normalized")
+        self.normalized = check_bool("objective.normalized", normalized)
         super().__init__(
             [[-5.0, 5.0], [-5.0, 5.0]],
             1.0 if self.normalized else 0.0,
@@ -231,7 +226,7 @@ class Rastrigin(SyntheticObjective):
 
     def __init__(self, dim: int = 10, normalized: bool = True) -> None:
         p = _check_dim(dim)
-        self.normalized = _check_bool(normalized, "objective.normalized")
+        self.normalized = check_bool("objective.normalized", normalized)
         self.bound = rastrigin_coordinate_bound() * p
         super().__init__([[-1.0, 1.0]] * p, 1.0 if self.normalized else 0.0, np.zeros((1, p)))
 
@@ -313,7 +308,7 @@ class Ackley(SyntheticObjective):
 
     def __init__(self, dim: int = 2, normalized: bool = True, bound: str = "exact") -> None:
         p = _check_dim(dim)
-        self.normalized = _check_bool(normalized, "objective.normalized")
+        self.normalized = check_bool("objective.normalized", normalized)
         if bound not in ("exact", "pyxab"):
             raise ConfigError("objective.bound", f"must be 'exact' or 'pyxab', got {bound!r}")
         self.bound_kind = bound
@@ -369,7 +364,7 @@ class SineProduct(SyntheticObjective):
     name = "sineproduct"
 
     def __init__(self, printed: bool = False) -> None:
-        self.printed = _check_bool(printed, "objective.printed")
+        self.printed = check_bool("objective.printed", printed)
         x_star = _sine_product_argmax()
         super().__init__([[0.0, 1.0]], float(self._evaluate(np.array([[x_star]]))[0]), [[x_star]])
 
