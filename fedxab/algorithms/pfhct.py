@@ -18,6 +18,9 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
     ``ceil(tau_h/M)``), and a round eliminates with the width of the samples so far, so a
     clearly bad node costs a fraction of ``tau_h``; every survivor of the depth has PF-PNE's
     ``ceil(tau_h/M)`` pulls per client. ``rounds_per_depth = 1`` is PF-PNE's single round;
+    with ``close_stalled`` (default) a round that eliminates no node while the clients
+    measurably differ (``R > 0``, below) closes the depth: its later rounds would refine means
+    of nodes no width separates, for clients they describe only to within ``R``;
   - *heterogeneity*: ``D = max(D, max over nodes i and clients m of |mu_{m,i} - mubar_i| - w_m -
     b)``, clipped at 0 (a running max, updated every round), with ``w_m`` the width of client
     m's own samples of the node and ``b`` the global one (:mod:`fedxab.algorithms.pne`);
@@ -91,9 +94,10 @@ for Gaussian noise); that starting HCT from the global statistics with the trust
 give helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
 that the eliminated nodes' means of the shared depths help more than they mislead; that the
 defaults ``kappa = 1``, ``kappa_spread = 0.5``, ``phi = 0.1``, ``preload = "global"``,
-``rounds_per_depth = 3``, ``stage2 = "tree"`` are good choices (``docs/algorithms/pfhct.md``
-says on which runs each was chosen); and the regret against local HCT, PF-PNE and Fed-PNE
-(``benchmarks/bench_personalized.py``). There is no regret bound for PF-HCT as a whole.
+``rounds_per_depth = 3``, ``close_stalled = True``, ``stage2 = "tree"`` are good choices
+(``docs/algorithms/pfhct.md`` says on which runs each was chosen); and the regret against
+local HCT, PF-PNE and Fed-PNE (``benchmarks/bench_personalized.py``). There is no regret bound
+for PF-HCT as a whole.
 
 Constants: stage 1 uses the phased-elimination constants (:class:`~fedxab.algorithms.pne.
 PNEConstants`, practical preset ``c = 0.1``, ``c1 = 1``, ``delta = 1/M``), stage 2 HCT's own
@@ -119,6 +123,7 @@ from fedxab.algorithms.pne import eliminate
 from fedxab.algorithms.protocol import Evaluate, wire_array, wire_int
 from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import (
+    check_bool,
     check_choice,
     check_nonnegative,
     check_positive,
@@ -312,9 +317,10 @@ class PFHCTServer(PFPNEServer):
     ``nu rho^h <= max(kappa D, kappa_spread R)`` (:meth:`_heterogeneous`); ``phi`` (in (0, 1]):
     stage 1 uses at most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth
     (0: plain local HCT); ``rounds_per_depth`` (>= 1): rounds per depth
-    (:func:`round_targets`). :attr:`heterogeneity` is the running estimate ``D``,
-    :attr:`heterogeneity_history` its value after each aggregated depth, :attr:`spread` the
-    running ``R`` (:func:`spread`).
+    (:func:`round_targets`); ``close_stalled``: a round that eliminates no node while ``R > 0``
+    closes its depth (``False``: every depth takes all its rounds, the rule before).
+    :attr:`heterogeneity` is the running estimate ``D``, :attr:`heterogeneity_history` its value
+    after each aggregated depth, :attr:`spread` the running ``R`` (:func:`spread`).
     """
 
     broadcast_class = PFHCTBroadcast
@@ -336,6 +342,7 @@ class PFHCTServer(PFPNEServer):
         phi: float = 0.1,
         h_max: int = 20,
         rounds_per_depth: int = 3,
+        close_stalled: bool = True,
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -359,6 +366,7 @@ class PFHCTServer(PFPNEServer):
         self.phi = _check_fraction("algorithm.phi", phi)
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
         self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
+        self.close_stalled = check_bool("algorithm.close_stalled", close_stalled)
         self.heterogeneity = 0.0
         self.spread = 0.0
         self.heterogeneity_history: list[float] = []
@@ -409,8 +417,9 @@ class PFHCTServer(PFPNEServer):
         client's sums, update ``D`` from the clients' means so far (each with the width of its
         own count) and ``R`` (:meth:`_update_spread`), eliminate with slack ``nu rho^h + 2 D``
         and the width of the samples so far; then the next round on the survivors, or, after the
-        last, the depth's record and the next depth. One round per depth
-        (``rounds_per_depth = 1``) is PF-PNE's stage 1."""
+        last (or a round after which the handover rule holds, or, with ``close_stalled``, one
+        that eliminated no node while ``R > 0``: :meth:`_stalled`), the depth's record and the
+        next depth. One round per depth (``rounds_per_depth = 1``) is PF-PNE's stage 1."""
         assert self._current is not None
         pulls, const = self._current.pulls_per_node, self.constants
         alive = np.flatnonzero(self._alive)
@@ -443,8 +452,8 @@ class PFHCTServer(PFPNEServer):
         survive, best = eliminate(means, width, slack)
         self._alive[alive[~survive]] = False
         self._round += 1
-        handover = self._heterogeneous(self.depth, self.heterogeneity)
-        if self._round < len(self._targets) and not handover:
+        closes = self._heterogeneous(self.depth, self.heterogeneity) or self._stalled(survive)
+        if self._round < len(self._targets) and not closes:
             step = self._targets[self._round] - self._targets[self._round - 1]
             return self._open_round(self._nodes[self._alive], self.depth, step)
         self.heterogeneity_history.append(self.heterogeneity)
@@ -457,6 +466,15 @@ class PFHCTServer(PFPNEServer):
         return self._close_depth(
             self._nodes, all_means, width, self._alive.copy(), int(alive[best]), len(reports)
         )
+
+    def _stalled(self, survive: np.ndarray) -> bool:
+        """With ``close_stalled``: the round eliminated none of its nodes (``survive``) while the
+        clients measurably differ (``R > 0``). Successive elimination's later rounds exist to
+        eliminate; here no width separated the nodes, and the precision they would add to the
+        global means is lost on clients that deviate from them by ``R``, beyond the noise of
+        their own means (the F test). With identical clients (``R = 0``) every round is taken:
+        there the refined means are every client's."""
+        return self.close_stalled and self.spread > 0 and bool(survive.all())
 
     def _depth_noise(self, seen: np.ndarray) -> tuple[float, int]:
         """:func:`batch_noise` of the depths closed and the current one (clients ``seen``)."""

@@ -230,6 +230,35 @@ def test_a_round_that_shows_the_heterogeneity_hands_over_at_once():
     assert server.history[-1].width == pytest.approx(glob)
 
 
+@pytest.mark.parametrize(
+    ("rows", "close_stalled", "closes"),
+    [
+        ([[0.55, 0.5], [0.45, 0.5]], True, True),
+        ([[0.55, 0.5], [0.45, 0.5]], False, False),
+        ([[0.5, 0.5], [0.5, 0.5]], True, False),
+    ],
+)
+def test_a_round_that_eliminates_nothing_while_the_clients_differ_closes_its_depth(
+    rows, close_stalled, closes
+):
+    """Depth 1 in rounds of 8, 7, 15 pulls, the same means every round (noise 0), no node
+    eliminated: with clients 0.05 apart at node 1, R > 0 after the second round, which closes
+    the depth (30 pulls per client, not 60) unless close_stalled is off; identical clients
+    (R = 0) take every round."""
+    server = _deep_server(close_stalled=close_stalled)
+    server.start()
+    b = _report_depth(server, rows)
+    assert (b.depth, b.pulls_per_node) == (1, 7)  # no noise estimate after one round: R = 0
+    b = _report_depth(server, rows)
+    assert (server.spread > 0) == (rows[0] != rows[1])
+    if closes:
+        assert b.depth == 2 and b.survivor_depth == 1 and b.survivors.tolist() == [1, 2]
+        assert server.rounds == 2 and server.used == 2 * 8 + 2 * 7
+        assert server.history[-1].width == pytest.approx(server.constants.width(2 * 15))
+    else:
+        assert (b.depth, b.nodes.tolist(), b.pulls_per_node) == (1, [1, 2], 15)
+
+
 def test_one_round_per_depth_is_pf_pne_s_stage_one():
     server = _deep_server(rounds_per_depth=1)
     b = server.start()
@@ -506,6 +535,7 @@ def test_h_max_caps_stage_one_and_zero_means_plain_local_hct():
         ("h_max", 1.5),
         ("preload", "x"),
         ("rounds_per_depth", 0),
+        ("close_stalled", "yes"),
         ("stage2", "x"),
     ],
 )
