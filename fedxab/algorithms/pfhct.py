@@ -471,7 +471,7 @@ class PFHCTServer(PFPNEServer):
         """With ``close_stalled``: the round eliminated none of its nodes (``survive``) while the
         clients measurably differ (``R > 0``). Successive elimination's later rounds exist to
         eliminate; here no width separated the nodes, and the precision they would add to the
-        global means is lost on clients that deviate from them by ``R``, beyond the noise of
+        global means is worth little to clients that deviate from them by ``R``, beyond the noise of
         their own means (the F test). With identical clients (``R = 0``) every round is taken:
         there the refined means are every client's."""
         return self.close_stalled and self.spread > 0 and bool(survive.all())
