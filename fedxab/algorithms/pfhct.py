@@ -81,7 +81,9 @@ bound over at most ``rounds_per_depth`` rounds per depth), a client m whose obje
 ``|f_m(x) - fbar(x)| <= D`` at every sampled centre and the local smoothness ``f_m(x*_m) - f_m(x) <=
 nu rho^h`` on the depth-h cell containing its maximiser ``x*_m`` never loses that cell: for any
 node j, ``fbar(x_j) - fbar(x_{i*}) <= (f_m(x*_m) + D) - (f_m(x*_m) - nu rho^h - D)
-= nu rho^h + 2 D``, so ``mubar_j - mubar_{i*} <= 2 b + nu rho^h + 2 D`` and ``i*`` survives.
+= nu rho^h + 2 D``, so ``mubar_j - mubar_{i*} <= 2 b + nu rho^h + 2 D`` and ``i*`` survives
+(a depth closed early, by the handover rule or ``close_stalled``, eliminates with the width of
+its samples so far, so the argument holds for it unchanged).
 With ``stage2 = "cells"``, stage 2 then inherits HCT's guarantee on the union of the surviving
 cells. On the same event (and the clients' local means within their widths), the estimate ``D``
 never exceeds the true heterogeneity at the sampled centres.
