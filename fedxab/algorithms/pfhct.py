@@ -44,14 +44,16 @@ client run HCT (adaptive sampling), warm-started with the federation's tree.
   ``nu rho^h <= max(kappa D, kappa_spread R)``, the tree's resolution at the aggregated depth h
   below the heterogeneity, so that sharing further helps few clients (``kappa_spread = 0``:
   ``D`` alone, the rule before ``R``; checked after every round, so the depth where it first
-  holds skips its later rounds); the next depth would take stage 1 above ``phi T`` pulls per
-  client (counting all its rounds in full); ``h + 1 > h_max``; the budget is spent. ``R`` is
-  the latest spread at every depth: it is measured once the noise can be (from a node's second
-  round on) and then describes the coarser depths sampled before too. The handover broadcast
-  carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those after which the rule
-  did not hold, with ``D`` as it was after the depth and the latest ``R``) and the global means
-  of the nodes stage 1 eliminated there (:class:`PFHCTBroadcast`), each with the width of its
-  own samples.
+  holds skips its later rounds); with ``look_ahead`` (default) the same rule at the next
+  depth's resolution ``nu rho^(h+1)`` (``D`` and ``R`` only grow, so the handover would
+  withhold that depth: it is not sampled); the next depth would take stage 1 above ``phi T``
+  pulls per client (counting all its rounds in full); ``h + 1 > h_max``; the budget is spent.
+  ``R`` is the latest spread at every depth: it is measured once the noise can be (from a
+  node's second round on) and then describes the coarser depths sampled before too. The
+  handover broadcast carries the survivors ``S^h`` (PF-PNE's), the *shared depths* (those after
+  which the rule did not hold, with ``D`` as it was after the depth and the latest ``R``) and
+  the global means of the nodes stage 1 eliminated there (:class:`PFHCTBroadcast`), each with
+  the width of its own samples.
 - **Stage 2** (local, no communication): each client runs :class:`~fedxab.algorithms.hct.HCT` on
   its own objective for its remaining budget. ``stage2 = "tree"`` (default): on the whole
   domain, warm-started with the stage-1 tree (:meth:`~fedxab.algorithms.hct.HCT.warm_start`):
@@ -96,10 +98,10 @@ for Gaussian noise); that starting HCT from the global statistics with the trust
 give helps (a global mean may be biased for a client beyond its width where ``D`` underestimates);
 that the eliminated nodes' means of the shared depths help more than they mislead; that the
 defaults ``kappa = 1``, ``kappa_spread = 0.5``, ``phi = 0.1``, ``preload = "global"``,
-``rounds_per_depth = 3``, ``close_stalled = True``, ``stage2 = "tree"`` are good choices
-(``docs/algorithms/pfhct.md`` says on which runs each was chosen); and the regret against
-local HCT, PF-PNE and Fed-PNE (``benchmarks/bench_personalized.py``). There is no regret bound
-for PF-HCT as a whole.
+``rounds_per_depth = 3``, ``close_stalled = True``, ``look_ahead = True``, ``stage2 = "tree"``
+are good choices (``docs/algorithms/pfhct.md`` says on which runs each was chosen); and the
+regret against local HCT, PF-PNE and Fed-PNE (``benchmarks/bench_personalized.py``). There is
+no regret bound for PF-HCT as a whole.
 
 Constants: stage 1 uses the phased-elimination constants (:class:`~fedxab.algorithms.pne.
 PNEConstants`, practical preset ``c = 0.1``, ``c1 = 1``, ``delta = 1/M``), stage 2 HCT's own
@@ -320,7 +322,10 @@ class PFHCTServer(PFPNEServer):
     stage 1 uses at most ``phi T`` pulls per client; ``h_max`` (>= 0): deepest stage-1 depth
     (0: plain local HCT); ``rounds_per_depth`` (>= 1): rounds per depth
     (:func:`round_targets`); ``close_stalled``: a round that eliminates no node while ``R > 0``
-    closes its depth (``False``: every depth takes all its rounds, the rule before).
+    closes its depth (``False``: every depth takes all its rounds, the rule before);
+    ``look_ahead``: stage 1 opens no depth the handover rule already withholds
+    (:meth:`_stops_before`; ``False``: it stops only after a depth where the rule holds, the
+    rule before).
     :attr:`heterogeneity` is the running estimate ``D``, :attr:`heterogeneity_history` its value
     after each aggregated depth, :attr:`spread` the running ``R`` (:func:`spread`).
     """
@@ -345,6 +350,7 @@ class PFHCTServer(PFPNEServer):
         h_max: int = 20,
         rounds_per_depth: int = 3,
         close_stalled: bool = True,
+        look_ahead: bool = True,
         k: int = 2,
         split: str = "random",
         seed: int = 0,
@@ -369,6 +375,7 @@ class PFHCTServer(PFPNEServer):
         self.h0 = _check_depth("algorithm.h_max", h_max)  # stage 1's depth cap
         self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
         self.close_stalled = check_bool("algorithm.close_stalled", close_stalled)
+        self.look_ahead = check_bool("algorithm.look_ahead", look_ahead)
         self.heterogeneity = 0.0
         self.spread = 0.0
         self.heterogeneity_history: list[float] = []
@@ -550,12 +557,19 @@ class PFHCTServer(PFPNEServer):
         return self._current
 
     def _stops_before(self, nodes: np.ndarray, depth: int) -> bool:
-        """PF-PNE's rule (``depth > h_max``, budget spent), or the resolution of the last depth is
-        below the heterogeneity (:meth:`_heterogeneous`), or sampling ``nodes`` would take stage 1
-        above ``phi T``."""
+        """PF-PNE's rule (``depth > h_max``, budget spent), or the handover rule
+        (:meth:`_heterogeneous`) holds at the resolution of the next depth ``depth``
+        (``look_ahead``) or of the last one, or sampling ``nodes`` would take stage 1 above
+        ``phi T``.
+
+        ``look_ahead``: ``D`` and ``R`` are running maxima, so a depth at whose resolution the
+        rule already holds would be withheld by :meth:`_handover`; its stage-1 samples would
+        describe the average objective finer than the clients agree on, and each client's HCT
+        samples those cells adaptively instead of uniformly."""
         if super()._stops_before(nodes, depth):
             return True
-        if self.history and self._heterogeneous(self.depth, self.heterogeneity):
+        last = depth if self.look_ahead else self.depth
+        if self.history and self._heterogeneous(last, self.heterogeneity):
             return True
         cost = len(nodes) * self.constants.pulls_per_client(depth, self.n_clients)
         return self.used + cost > self.phi * self.budget

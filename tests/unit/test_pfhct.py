@@ -409,20 +409,23 @@ def test_eliminated_nodes_are_sent_down_to_the_shared_depth_despite_heterogeneit
     assert b.eliminated_widths == pytest.approx([glob])
 
 
-def test_shared_depths_are_those_where_the_handover_rule_found_sharing_useful():
+@pytest.mark.parametrize(("look_ahead", "last"), [(True, 2), (False, 3)])
+def test_shared_depths_are_those_where_the_handover_rule_found_sharing_useful(look_ahead, last):
     """D rises to 0.2 at depth 1 (below nu rho = 0.5: share) and stays: depth 2 (nu rho^2 =
-    0.25 > 0.2) is shared too, depth 3 (0.125 <= 0.2) is not, and the handover comes after it
-    (no node is eliminated: none is sent)."""
-    server = _server(m=2, t=10**6, kappa=1.0, phi=1.0, rounds_per_depth=1)
+    0.25 > 0.2) is shared too, depth 3 (0.125 <= 0.2) is not; with look_ahead it is never
+    opened, without it the handover comes after it (no node is eliminated: none is sent)."""
+    server = _server(m=2, t=10**6, kappa=1.0, phi=1.0, rounds_per_depth=1, look_ahead=look_ahead)
     b = server.start()
     local, glob = _widths(server, b)
     spread = local + glob + 0.2
     b = _report_depth(server, [[0.5 + spread, 0.5], [0.5 - spread, 0.5]])
     b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)
-    assert not b.final and b.depth == 3
-    while not b.final:
+    assert b.final == look_ahead
+    if not look_ahead:
+        assert b.depth == 3
         b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)
-    assert b.survivor_depth == 3 and b.shared_depth == 2 and b.eliminated.size == 0
+    assert b.final and b.survivor_depth == last and b.shared_depth == 2 and b.eliminated.size == 0
+    assert server.rounds == last
 
 
 def _tree_client_start(monkeypatch, withhold):
@@ -488,16 +491,22 @@ def test_large_heterogeneity_at_depth_one_hands_over_at_once_to_plain_hct():
     assert server.rounds == 1 and server.used == 2 * first.pulls_per_node
 
 
-def test_handover_once_the_resolution_is_below_kappa_d():
-    server = _server(m=2, t=100_000, kappa=1.0, phi=1.0)
+@pytest.mark.parametrize("look_ahead", [True, False])
+def test_handover_once_the_resolution_is_below_kappa_d(look_ahead):
+    """D = 0.3 after depth 1 (nu rho = 0.5 > 0.3: depth 1 is shared); nu rho^2 = 0.25 <= 0.3:
+    with look_ahead depth 2 is never opened (the handover rule would withhold it), without it
+    stage 1 stops after sampling it."""
+    server = _server(m=2, t=100_000, kappa=1.0, phi=1.0, look_ahead=look_ahead)
     b = server.start()
     local, glob = _widths(server, b)
-    d = 0.3  # nu rho^1 = 0.5 > 0.3: go on; nu rho^2 = 0.25 <= 0.3: stop after depth 2
-    spread = local + glob + d
+    spread = local + glob + 0.3
     b = _report_depth(server, [[0.5 + spread, 0.5], [0.5 - spread, 0.5]])
+    if look_ahead:
+        assert b.final and b.survivor_depth == 1 and b.shared_depth == 1
+        return
     assert not b.final and b.depth == 2
     b = _report_depth(server, [[0.5] * len(b.nodes)] * 2)
-    assert b.final and b.survivor_depth == 2
+    assert b.final and b.survivor_depth == 2 and b.shared_depth == 1
 
 
 def test_stage_one_never_exceeds_phi_t():
@@ -536,6 +545,7 @@ def test_h_max_caps_stage_one_and_zero_means_plain_local_hct():
         ("preload", "x"),
         ("rounds_per_depth", 0),
         ("close_stalled", "yes"),
+        ("look_ahead", 1),
         ("stage2", "x"),
     ],
 )
