@@ -86,8 +86,8 @@ from fedxab.algorithms.protocol import (
     wire_bool,
     wire_int,
 )
-from fedxab.errors import ConfigError, ProtocolError
-from fedxab.validation import check_choice, check_positive
+from fedxab.errors import ProtocolError
+from fedxab.validation import check_bool, check_choice, check_positive
 
 H0_RULES = ("floor", "ceil")
 _NO_PROTECTION = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
@@ -355,13 +355,9 @@ class PFPNEServer(InboxServer[PFPNEReport]):
         self.constants = _resolve(
             n_clients, budget, nu=nu, rho=rho, preset=preset, c=c, c1=c1, delta=delta
         )
-        if not isinstance(skip_levels, bool):
-            raise ConfigError(
-                "algorithm.skip_levels", f"must be true or false, got {skip_levels!r}"
-            )
         self.h0 = transition_depth(Delta, self.constants.nu, self.constants.rho, h0_rule)
         self.Delta = float(Delta)
-        self.skip_levels = skip_levels
+        self.skip_levels = check_bool("algorithm.skip_levels", skip_levels)
         self.partition = Partition(domain, k=k, split=split, seed=seed)
         self.n_clients = n_clients
         self.budget = budget
@@ -599,15 +595,11 @@ class PFPNEClient:
         self.constants = _resolve(
             n_clients, budget, nu=nu, rho=rho, preset=preset, c=c, c1=c1, delta=delta
         )
-        if not isinstance(reuse_samples, bool):
-            raise ConfigError(
-                "algorithm.reuse_samples", f"must be true or false, got {reuse_samples!r}"
-            )
         self.client_id = client_id
         self.n_clients = n_clients
         self.budget = budget
         self.k = k
-        self.reuse_samples = reuse_samples
+        self.reuse_samples = check_bool("algorithm.reuse_samples", reuse_samples)
         self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
         self.used = 0
         self.phase = 0  # last phase answered
