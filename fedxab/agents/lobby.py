@@ -66,8 +66,8 @@ def _mismatch_text(who: str, clients: list[int], differences: list[str]) -> str:
     return (
         f"{who} (clients {shown}) does not share the server's run protocol; "
         f"{'; '.join(differences)}. Start every party with the same [run] budget and seed, "
-        "[algorithm] and [federation] clients (the objective, output and agent settings may "
-        "differ)"
+        "[algorithm], [federation] clients and [objective] direction (the objective "
+        "function, output and agent settings may differ)"
     )
 
 

@@ -2,9 +2,11 @@
 
 The protocol of a run is what the server and every client must agree on for the run to mean
 anything (the algorithm and its parameters, including the privacy release settings such as
-DP-Fed-PNE's ``epsilon`` or DP-FTS-DE's ``z``, ``q``, ``clip``; the domain; the budget T; the
-number of clients M; the seed). Nothing local to one party belongs to it: not the objective (a
-client's private black box), not the noise model or the heterogeneity of a simulation, not the
+DP-Fed-PNE's ``epsilon`` or DP-FTS-DE's ``z``, ``q``, ``clip``; the domain; the objective's
+direction, so that clients maximising and clients minimising never join one run; the budget T;
+the number of clients M; the seed). Nothing local to one party belongs to it: not the objective
+itself (a client's private black box: neither its name, its module nor a hash of its code),
+not the noise model or the heterogeneity of a simulation, not the
 output directory, the ledger path, the accountant, a budget, the agent timings, the broker, the
 keys or the metrics. So a server started with its own ``--output`` or ``[agents]`` timings meets
 its clients, and a client may bring its own objective.
@@ -37,10 +39,11 @@ __all__ = [
     "run_id_of",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Version of the protocol dict and of the messages: parties of different versions never share
 a run. 2: a telemetry message carries a client's entries of several phases with their regret
-terms run-length encoded (:func:`fedxab.run.evaluation.telemetry_to_wire`)."""
+terms run-length encoded (:func:`fedxab.run.evaluation.telemetry_to_wire`). 3: the protocol
+holds the objective's direction."""
 
 
 class ProtocolMismatchError(FedxabError, RuntimeError):
@@ -60,6 +63,7 @@ def protocol_of(config: Config, seed: int) -> dict[str, Any]:
         "version": PROTOCOL_VERSION,
         "algorithm": _plain({"name": algorithm.name, **resolved}),
         "domain": [[float(lo), float(hi)] for lo, hi in config.domain],
+        "objective": {"direction": config.objective.direction},
         "budget": config.run.budget,
         "seed": seed,
     }

@@ -262,7 +262,8 @@ class Job:
         )
         self.security = f'\n[security]\nkeys_dir = "{keys.as_posix()}"\n'
         self.config = self.config_file("run.toml", self.output)
-        self.client_env = {"PYTHONPATH": str(user_module)}
+        where = [str(user_module), os.environ.get("PYTHONPATH", "")]  # (fedxab's, if set)
+        self.client_env = {"PYTHONPATH": os.pathsep.join(filter(None, where))}
         self.procs: dict[str, subprocess.Popen] = {}
 
     def config_file(self, name: str, output: Path, extra: str = "") -> Path:
@@ -275,7 +276,7 @@ class Job:
         return self.tmp / f"{name}.log"
 
     def server(self, *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env = dict(os.environ)  # (its PYTHONPATH names where fedxab is, never the user module)
         assert "usersites" not in env.get("PYTHONPATH", "")
         self.procs["server"] = subprocess.Popen(
             [
@@ -387,6 +388,33 @@ def test_a_client_with_another_protocol_is_told_on_both_sides(job, option, value
     while f"{field}: expected" not in server_log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert f"{field}: expected" in server_log.read_text()
+    assert job.procs["server"].poll() is None  # still serving its own run
+
+
+def test_a_client_minimising_is_refused_by_a_server_maximising(job):
+    """The objective's direction is part of the run's protocol: a client whose config minimises
+    is told within 10 s, naming objective.direction, on both sides (issue 36 item 5)."""
+    minimising = job.tmp / "minimise.toml"
+    text = job.config.read_text().replace("[objective]\n", '[objective]\ndirection = "minimize"\n')
+    minimising.write_text(text)
+    job.server()
+    start = time.monotonic()
+    job.client("stranger", minimising, "--client-id", "0")
+    code = job.procs["stranger"].wait(30)
+    elapsed = time.monotonic() - start
+    text = job.log("stranger").read_text()
+    expected = 'objective.direction: expected "maximize", got "minimize"'
+    assert code == 2, text
+    assert expected in text and "does not share the server's run protocol" in text
+    assert elapsed < 10, f"the client was told after {elapsed:.1f} s"
+
+    def server_says() -> str:  # (the log wraps its lines)
+        return " ".join(job.log("server").read_text().split())
+
+    deadline = time.monotonic() + 5
+    while expected not in server_says() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert expected in server_says()
     assert job.procs["server"].poll() is None  # still serving its own run
 
 

@@ -80,3 +80,28 @@ def test_a_protocol_holds_every_parameter_value_with_its_default():
     algorithm = protocol_of(default_config(), 0)["algorithm"]
     assert algorithm["name"] == "fedpne"
     assert algorithm["split"] == "random" and algorithm["k"] == 2  # defaults, not written
+
+
+def _user_config(function: str = "sites:f", **objective) -> dict:
+    return config_from_dict(
+        {
+            "objective": {"function": function, "domain": [[0.0, 1.0]], **objective},
+            "algorithm": {"name": "fedpne"},
+            "federation": {"clients": 2},
+        }
+    )
+
+
+def test_the_objectives_direction_is_part_of_the_protocol():
+    high, low = _user_config(), _user_config(direction="minimize")
+    assert run_id_for(high, 0) != run_id_for(low, 0)
+    assert protocol_differences(protocol_of(high, 0), protocol_of(low, 0)) == [
+        'objective.direction: expected "maximize", got "minimize"'
+    ]
+
+
+def test_the_objective_function_itself_is_private_to_the_client():
+    """Neither the function's name nor its module is shared: each client brings its own."""
+    one, other = _user_config("sites:f"), _user_config("elsewhere.module:g", name="mine")
+    assert protocol_of(one, 0) == protocol_of(other, 0)
+    assert "sites" not in str(protocol_of(one, 0))
