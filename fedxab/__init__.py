@@ -15,6 +15,7 @@ The names users need, importable from ``fedxab`` directly (each loaded on first 
   :class:`Config`;
 - results: :class:`RunResults`, :class:`RunRecord`, :class:`ClientOutcome`,
   :func:`load_results`, :func:`write_results`;
+- typed search spaces: :class:`SearchSpace`, :class:`Float`, :class:`Int`, :class:`Categorical`;
 - objectives: :class:`FunctionObjective`; errors: :class:`FedxabError`, :class:`ConfigError`,
   :class:`ProtocolMismatchError`; the run identity: :func:`run_id_for`.
 """
@@ -49,6 +50,10 @@ _PUBLIC = {
     "write_results": "fedxab.results",
     "ClientOutcome": "fedxab.run.outcome",
     "FunctionObjective": "fedxab.objectives.wrap",
+    "SearchSpace": "fedxab.space",
+    "Float": "fedxab.space",
+    "Int": "fedxab.space",
+    "Categorical": "fedxab.space",
     "FedxabError": "fedxab.errors",
     "ConfigError": "fedxab.errors",
     "ProtocolMismatchError": "fedxab.run.identity",
@@ -86,19 +91,24 @@ if TYPE_CHECKING:  # the same names, for type checkers and the API reference (ne
         run_id_for,
     )
     from fedxab.run.outcome import ClientOutcome
+    from fedxab.space import Categorical, Float, Int, SearchSpace
 
 __all__ = [
     "HCT",
     "POO",
     "AskTellClient",
+    "Categorical",
     "ClientOutcome",
     "Config",
     "ConfigError",
     "FedxabError",
+    "Float",
     "FunctionObjective",
+    "Int",
     "ProtocolMismatchError",
     "RunRecord",
     "RunResults",
+    "SearchSpace",
     "config_from_dict",
     "default_config",
     "federate",
