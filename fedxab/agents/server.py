@@ -354,7 +354,7 @@ class ServerAgent:
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
         each of client ``m``, of a phase up to the envelope's, accepted by the regret sums."""
-        entries = telemetry_from_wire(env.body(), self._decoded_terms)
+        entries = telemetry_from_wire(env.body(), self._decoded_terms, budget=self.budget)
         for t in entries:
             if t.client != m or t.phase > env.phase:
                 raise ProtocolError(

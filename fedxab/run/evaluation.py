@@ -135,6 +135,10 @@ class Telemetry:
 
 _TERMS = ("global_terms", "local_terms")
 
+TELEMETRY_PULLS = 16_384
+"""Most pulls in one telemetry message: run-length encoded, at worst (no two equal terms in a
+row) 32 bytes each with both regret terms, 512 KiB; a phased algorithm's few hundred bytes."""
+
 
 def telemetry_to_wire(
     entries: Sequence[Telemetry], encoded: dict[tuple[int, ...], Any] | None = None
@@ -179,10 +183,19 @@ def _encoded_terms(
 
 
 def telemetry_from_wire(
-    data: Any, shared: MutableMapping[bytes, np.ndarray] | None = None
+    data: Any,
+    shared: MutableMapping[bytes, np.ndarray] | None = None,
+    *,
+    budget: int | None = None,
+    max_pulls: int = TELEMETRY_PULLS,
 ) -> list[Telemetry]:
     """The entries of a :func:`telemetry_to_wire` body; a malformed one raises ProtocolError
-    naming the field. Each term is expanded from its runs into one read-only array, looked up
+    naming the field. Nothing is expanded before the sizes the body claims are checked (a few
+    hundred bytes of runs could otherwise claim gigabytes): at most ``max_pulls`` pulls in all
+    (what one message of a client holds, :func:`telemetry_batches`), each entry within the
+    run's ``budget`` (positions ``0 .. budget - 1``) if it is given, and the runs of a term
+    adding up to the pulls (summed as Python integers, so no overflow wraps them around).
+    Each term is then expanded from its runs into one read-only array, looked up
     first in ``shared`` (terms expanded before, by their runs: a ``WeakValueDictionary`` keeps
     them while an entry does) and kept there: clients that pulled the same points send the same
     terms, which then take the memory (and the time to fill it) of one client's, as in process
@@ -196,7 +209,15 @@ def telemetry_from_wire(
     columns = phases.tolist(), starts.tolist(), counts.tolist()  # (a list's min costs less)
     if min(columns[0]) < 0 or min(columns[1]) < 0 or min(columns[2]) < 0:
         raise ProtocolError("fields phases, starts and counts must hold integers >= 0")
-    total = int(counts.sum())
+    total = sum(columns[2])
+    if total > max_pulls:
+        raise ProtocolError(
+            f"fields counts claim {total} pulls; one telemetry message holds at most {max_pulls}"
+        )
+    if budget is not None and max(map(sum, zip(columns[1], columns[2], strict=True))) > budget:
+        raise ProtocolError(
+            f"fields starts and counts cover positions beyond the budget T = {budget}"
+        )
     ends = np.cumsum(counts).tolist()
     spans = list(zip([0, *ends[:-1]], ends, strict=True))  # each entry's slice of the terms
     terms: dict[str, list[np.ndarray] | list[None]] = {}
@@ -210,8 +231,9 @@ def telemetry_from_wire(
             raise ProtocolError(
                 f"field {name}_runs must hold one run length >= 1 per value of {name!r}"
             )
-        if int(runs.sum()) != total:
-            raise ProtocolError(f"field {name!r} must hold {total} values, got {runs.sum()}")
+        claimed = sum(runs.tolist())
+        if claimed != total:
+            raise ProtocolError(f"field {name!r} must hold {total} values, got {claimed}")
         expanded = _expanded(values, runs, shared)
         terms[name] = [expanded[a:b] for a, b in spans]
     return [
@@ -251,11 +273,6 @@ def run_lengths(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     np.not_equal(bits[1:], bits[:-1], out=bounds[1:-1])
     edges = np.flatnonzero(bounds)
     return terms[edges[:-1]], edges[1:] - edges[:-1]
-
-
-TELEMETRY_PULLS = 16_384
-"""Most pulls in one telemetry message: run-length encoded, at worst (no two equal terms in a
-row) 32 bytes each with both regret terms, 512 KiB; a phased algorithm's few hundred bytes."""
 
 
 def telemetry_batches(entries: list[Telemetry], max_pulls: int) -> list[list[Telemetry]]:

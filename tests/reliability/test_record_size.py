@@ -7,6 +7,7 @@ msgpack (``0xc1`` is never used by msgpack): a reader that decoded it would call
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 
 import pytest
 
@@ -14,6 +15,7 @@ from fedxab.agents.client import ClientAgent
 from fedxab.agents.lobby import _differences_in, _refusal_of
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import BrokerError, Record, RecordTooLarge
+from fedxab.broker.codec import client_sender, encode_envelope, packb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError, ProtocolError
@@ -85,3 +87,56 @@ def test_the_ledger_mirror_and_the_lobby_refuse_a_record_by_its_size():
     protocol = protocol_of(CONFIG, 0)
     assert _refusal_of(_probe(LIMIT + 1), protocol, {RUN_ID}, None, set(), LIMIT) is None
     assert _differences_in(_probe(LIMIT + 1), "run", "nonce", None, LIMIT) is None
+
+
+def _telemetry_record(body: dict) -> Record:
+    payload = packb(body)
+    value = encode_envelope(
+        RUN_ID, "telemetry", 0, client_sender(0), "telemetry:0:0-0:0", payload, 0.0
+    )
+    return Record("control", 0, 0, "0", value)
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        {"counts": [2**40], "global_terms_runs": [2**40], "local_terms_runs": [2**40]},
+        # 16 MiB per term once expanded: a claim the server could have afforded to expand
+        {"counts": [2**21], "global_terms_runs": [2**21], "local_terms_runs": [2**21]},
+        # runs whose int64 sum wraps around to the claimed count (4 * 2**62 = 2**64 = 0)
+        {"counts": [0], "global_terms_runs": [2**62] * 4, "local_terms_runs": [2**62] * 4},
+        # one message's pulls at most, but beyond the run's budget T = 300
+        {"counts": [1000], "global_terms_runs": [1000], "local_terms_runs": [1000]},
+    ],
+)
+def test_a_tiny_telemetry_record_claiming_a_huge_expansion_is_refused_before_expanding(claim):
+    """The attack of issue 39: a telemetry record of a few hundred bytes whose run lengths
+    claim 2**40 pulls (8 TiB once expanded; 6.2 GB and 11 s before the check). The server
+    refuses it from the sizes it claims: the whole admission (decode, check, reject) allocates
+    under 10 MB (tracemalloc's peak; in practice a few kB)."""
+    n = len(claim["global_terms_runs"])
+    body = {
+        "client": 0,
+        "phases": [0],
+        "starts": [0],
+        "global_terms": [0.5] * n,
+        "local_terms": [0.25] * n,
+        **claim,
+    }
+    record = _telemetry_record(body)
+    assert len(record.value) < 400  # 250 bytes for the first claim
+    server = ServerAgent(CONFIG, 0, MemoryBroker(max_message_bytes=LIMIT), run_id=RUN_ID)
+    tracemalloc.start()
+    try:
+        server.on_control(record)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert server.rejected[("control", "bad_payload")] == 1
+    assert peak < 10 * 2**20, f"admission allocated {peak} bytes"
+    assert server.sums.received.sum() == 0
+    # the same body within bounds is taken: the refusal is about the sizes claimed
+    ok = body | {"counts": [3], "global_terms": [0.5], "global_terms_runs": [3],
+                 "local_terms": [0.25], "local_terms_runs": [3]}  # fmt: skip
+    server.on_control(_telemetry_record(ok))
+    assert server.sums.received.tolist() == [3, 0, 0]
