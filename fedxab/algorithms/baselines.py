@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class LocalHCTBroadcast:
         return {"kind": self.kind, "phase": self.phase, "rounds": self.rounds}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> LocalHCTBroadcast:
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
         check_kind(data, cls.kind)
         return cls(phase=wire_int(data, "phase", 1), rounds=wire_int(data, "rounds", 1))
 
@@ -109,7 +109,7 @@ class LocalHCTReport:
         }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> LocalHCTReport:
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
         check_kind(data, cls.kind)
         return cls(
             phase=wire_int(data, "phase", 1),

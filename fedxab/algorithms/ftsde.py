@@ -195,7 +195,9 @@ class FTSSettings:
                     f"{self.grid_size}^{self.dim} grid points is too many; leave grid_size out "
                     "to search the continuous domain",
                 )
-            covered = np.unique(self.layout().region_of(self.grid()))
+            grid = self.grid()
+            assert grid is not None  # grid_size is set
+            covered = np.unique(self.layout().region_of(grid))
             if covered.size != self.regions:
                 raise ConfigError(
                     "algorithm.regions",
@@ -573,8 +575,8 @@ class FTSDEClient:
             )
         elif self.settings.grid_size is not None:
             self.branches.append("federated")
-            grid, phi, regions = _grid_features(self.settings)
-            values = np.einsum("gm,gm->g", phi, vectors[regions])  # g(x) at every grid point
+            grid, phi, point_regions = _grid_features(self.settings)
+            values = np.einsum("gm,gm->g", phi, vectors[point_regions])  # g(x) at every grid point
             x = grid[int(np.argmax(values))].copy()
         else:
             self.branches.append("federated")

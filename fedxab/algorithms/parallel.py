@@ -201,9 +201,14 @@ class ParallelServer(InboxServer[ParallelReport]):
     @property
     def phase_length(self) -> int:
         """Evaluations per player for the current level: ``|S_h| T_h``."""
+        return len(self._open.nodes) * self._open.pulls_per_node
+
+    @property
+    def _open(self) -> ParallelBroadcast:
+        """The current level's broadcast (ProtocolError before the first)."""
         if self._current is None:
             raise ProtocolError("no phase is open")
-        return len(self._current.nodes) * self._current.pulls_per_node
+        return self._current
 
     @property
     def truncated(self) -> bool:
@@ -244,7 +249,7 @@ class ParallelServer(InboxServer[ParallelReport]):
                 phase=self.phase,
                 depth=self.depth,
                 nodes=self.active,
-                pulls_per_node=self._current.pulls_per_node,
+                pulls_per_node=self._open.pulls_per_node,
                 evaluations=self.used,
                 means=means,
                 best=int(self.active[best]),

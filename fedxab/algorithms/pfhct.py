@@ -115,7 +115,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, Self
 
 import numpy as np
 
@@ -270,7 +271,7 @@ class PFHCTBroadcast(PFPNEBroadcast):
         }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> PFHCTBroadcast:
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
         base = super().from_wire(data)
         msg = replace(
             base,
@@ -281,7 +282,7 @@ class PFHCTBroadcast(PFPNEBroadcast):
             eliminated_widths=wire_array(data, "eliminated_widths", "f"),
         )
         msg.validate()
-        return msg  # type: ignore[return-value]
+        return msg
 
     def validate(self) -> None:
         super().validate()
@@ -537,6 +538,7 @@ class PFHCTServer(PFPNEServer):
         disagree (:meth:`PFHCTClient._trusted`); below, it keeps its own samples of them.
         """
         b = super()._handover()
+        assert isinstance(b, PFHCTBroadcast)  # built by broadcast_class
         shared = 0
         for d, d_estimate in enumerate(self.heterogeneity_history, start=1):
             if self._heterogeneous(d, d_estimate):
@@ -626,18 +628,20 @@ class PFHCTClient(PFPNEClient):
             seed=seed,
             partition=partition,
         )
-        self._hct_settings = {
-            "nu": nu,
-            "rho": rho,
-            "preset": preset,
-            "c": c,
-            "c1": c1,
-            "delta": delta,
-            "budget": budget,
-            "k": k,
-            "split": split,
-            "seed": seed,  # the run's partition: stage 1's cells
-        }
+        self._stage2_hct = partial(  # stage 2's HCT, on the domain of stage 1's partition
+            HCT,
+            self.partition.domain,
+            nu=nu,
+            rho=rho,
+            preset=preset,
+            c=c,
+            c1=c1,
+            delta=delta,
+            budget=budget,
+            k=k,
+            split=split,
+            seed=seed,  # the run's partition: stage 1's cells
+        )
         self.preload = check_choice("algorithm.preload", preload, PRELOADS)
         self.rounds_per_depth = check_positive_int("algorithm.rounds_per_depth", rounds_per_depth)
         self.stage2 = check_choice("algorithm.stage2", stage2, STAGE2)
@@ -748,12 +752,12 @@ class PFHCTClient(PFPNEClient):
         self.protected.update(protected)
         h = b.survivor_depth
         if self.stage2 == "tree":
-            hct = HCT(self.partition.domain, **self._hct_settings)
+            hct = self._stage2_hct()
             if self.preload != "none":
                 hct.warm_start(self._warm_start(b))  # type: ignore[arg-type]
         else:
             roots = (h, b.survivors) if h else None
-            hct = HCT(self.partition.domain, roots=roots, **self._hct_settings)
+            hct = self._stage2_hct(roots=roots)
             if h and self.preload != "none":
                 hct.preload(*self._preloaded(b))
         self.hct = hct

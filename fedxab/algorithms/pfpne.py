@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -166,7 +166,7 @@ class PFPNEBroadcast:
         }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> PFPNEBroadcast:
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
         check_kind(data, cls.kind)
         msg = cls(
             phase=wire_int(data, "phase", 1),

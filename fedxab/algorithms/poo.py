@@ -27,6 +27,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -86,7 +87,10 @@ class POO:
                     "the theory preset sets delta = 1/budget: give the budget or an explicit delta",
                 )
             delta = 1.0 / budget
-        self._hct_options = dict(
+        self._new_hct = partial(  # one HCT instance of smoothness (nu_max, rho)
+            HCT,
+            domain,
+            nu=self.nu_max,
             preset=preset,
             c=c,
             c1=c1,
@@ -110,7 +114,7 @@ class POO:
         self._add_instance(self.rho_max)
 
     def _add_instance(self, rho: float) -> None:
-        self.instances.append(HCT(self.domain, nu=self.nu_max, rho=rho, **self._hct_options))
+        self.instances.append(self._new_hct(rho=rho))
         self.rhos.append(rho)
 
     def _threshold(self, n: int) -> float:

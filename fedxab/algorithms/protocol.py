@@ -418,6 +418,16 @@ def evaluate_checked(evaluate: Evaluate, X: np.ndarray) -> np.ndarray:
     return rewards
 
 
+class WireMessage(Protocol):
+    """A broadcast or report as the wire sees it: ``to_wire`` encodes, ``from_wire`` (a
+    classmethod) decodes; each class also sets its ``kind``."""
+
+    def to_wire(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Self: ...
+
+
 class FederatedServer(Protocol):
     """What the runners and agents need from a server state machine."""
 

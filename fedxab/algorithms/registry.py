@@ -52,7 +52,7 @@ from fedxab.algorithms.parallel import (
 from fedxab.algorithms.pfhct import PFHCTBroadcast, PFHCTClient, PFHCTServer
 from fedxab.algorithms.pfpne import PFPNEBroadcast, PFPNEClient, PFPNEReport, PFPNEServer
 from fedxab.algorithms.poo import POO
-from fedxab.algorithms.protocol import Finished, Withdrawal
+from fedxab.algorithms.protocol import Finished, WireMessage, Withdrawal
 from fedxab.algorithms.ts import TSBroadcast, TSClient, TSReport, TSServer
 from fedxab.errors import ConfigError, ProtocolError
 
@@ -92,7 +92,7 @@ PRIVATE = {"dpfedpne": "client", "dpftsde": "server"}
 releases: each client (local DP: every client gets a :class:`~fedxab.privacy.release.ReleaseGate`)
 or the trusted server (central DP: the server gets one gate per client, ``server.gates``)."""
 
-WIRE_TYPES: dict[str, tuple[type, type]] = {
+WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),
     "dpfedpne": (FedPNEBroadcast, FedPNEReport),
     "pfpne": (PFPNEBroadcast, PFPNEReport),

@@ -22,7 +22,7 @@ from fedxab.algorithms.acquisition import (
 from fedxab.algorithms.baselines import LocalHCTBroadcast, LocalHCTReport, LocalHCTServer
 from fedxab.algorithms.blas import single_threaded_blas
 from fedxab.algorithms.ftsde import FTSDEClient, to_domain
-from fedxab.algorithms.protocol import Evaluate
+from fedxab.algorithms.protocol import Evaluate, ReplyCache
 from fedxab.seeding import stream
 
 __all__ = ["TSBroadcast", "TSClient", "TSReport", "TSServer"]
@@ -93,10 +93,12 @@ class TSClient(FTSDEClient):
             grid_size=grid_size,
             seed=seed,
         )
+        # TS answers with its own report class, not the FTS agent's (whose cache it leaves unused)
+        self._ts_replies: ReplyCache[TSReport] = ReplyCache()
 
     def answer(self, broadcast: TSBroadcast, evaluate: Evaluate) -> TSReport:  # type: ignore[override]
         """The initial points, then every BO iteration, one evaluation each; then the report."""
-        cached = self._replies.get(broadcast.phase)
+        cached = self._ts_replies.get(broadcast.phase)
         if cached is not None:
             return cached
         with single_threaded_blas():
@@ -106,6 +108,6 @@ class TSClient(FTSDEClient):
                 rng = stream(self.seed, "fts-agent", self.client_id, t + 1)
                 self._observe(self._query(t, np.empty(0), rng)[None], evaluate)
         best = to_domain(self.domain, self.X[int(np.argmax(self.y))][None])[0]
-        return self._replies.put(
+        return self._ts_replies.put(
             broadcast.phase, TSReport(broadcast.phase, self.client_id, self.used, best)
         )
