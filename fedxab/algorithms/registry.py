@@ -35,6 +35,7 @@ from fedxab.algorithms.baselines import (
 from fedxab.algorithms.dpfedpne import DPFedPNEClient, DPFedPNEServer
 from fedxab.algorithms.fed1ucb import Fed1UCBBroadcast, Fed1UCBClient, Fed1UCBReport, Fed1UCBServer
 from fedxab.algorithms.fedpne import FedPNEBroadcast, FedPNEClient, FedPNEReport, FedPNEServer
+from fedxab.algorithms.fedtpe import FedTPEClient, FedTPEServer, TPEBroadcast, TPEReport
 from fedxab.algorithms.ftsde import (
     DPFTSDEServer,
     FTSBroadcast,
@@ -84,6 +85,7 @@ FEDERATED: dict[str, tuple[type, type]] = {
     "ftsde": (FTSDEServer, FTSDEClient),
     "dpftsde": (DPFTSDEServer, FTSDEClient),
     "ts": (TSServer, TSClient),
+    "fedtpe": (FedTPEServer, FedTPEClient),
 }
 """Federated algorithms: name -> (server class, client class)."""
 
@@ -104,6 +106,7 @@ WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
     "ftsde": (FTSBroadcast, FTSReport),
     "dpftsde": (FTSBroadcast, FTSReport),
     "ts": (TSBroadcast, TSReport),
+    "fedtpe": (TPEBroadcast, TPEReport),
 }
 """Federated algorithms: name -> (broadcast class, report class), to decode received payloads."""
 

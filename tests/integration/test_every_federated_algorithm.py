@@ -20,7 +20,8 @@ PARAMS = {
     "dpftsde": {**CHEAP_FTS, "regions": 2, "q": 0.5},
     "ts": CHEAP_TS,
 }
-BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80}  # one evaluation per round: keep them short
+# one evaluation per round: keep them short
+BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80, "fedtpe": 80}
 
 
 def _config(

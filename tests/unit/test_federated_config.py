@@ -182,7 +182,7 @@ def test_make_federation_shares_partition_parameters_with_every_client():
     [
         (lambda: make_federation("nope", np.array([[0, 1]]), n_clients=2, budget=5, seed=0,
                                  params={}), "algorithm.name",
-         "federated: central-hct, dpfedpne, dpftsde, fed1ucb, fedpne, ftsde"),
+         "federated: central-hct, dpfedpne, dpftsde, fed1ucb, fedpne, fedtpe, ftsde"),
         (lambda: make_federation("hct", np.array([[0, 1]]), n_clients=2, budget=5, seed=0,
                                  params={}), "algorithm.name", "single-agent"),
         (lambda: make_federation("fedpne", np.array([[0, 1]]), n_clients=2, budget=5, seed=0,
