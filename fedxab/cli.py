@@ -1017,14 +1017,16 @@ def audit(
     from fedxab.privacy.accountants import make_accountant
     from fedxab.privacy.audit import client_history, client_summaries, owner_summaries
     from fedxab.privacy.ledger import PrivacyLedger
-    from fedxab.privacy.mirror import SIGNED_RECORDS_HINT, rebuild_from_broker
+    from fedxab.privacy.mirror import HOSTILE, SIGNED_RECORDS_HINT, rebuild_from_broker
 
     console = _console()
     with _errors_as_exit_code():
-        if lifetime and (client_id is not None or run_id is not None):
+        if lifetime and run_id is not None and rebuild_from is None:
             raise FedxabError(
-                "--lifetime covers every run of every data owner: leave out --client and --run"
+                "--lifetime covers every run of the ledger: leave out --run (with "
+                "--rebuild-from, --run names the run to rebuild first)"
             )
+        hostile: FedxabError | None = None
         if rebuild_from is not None:
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
@@ -1033,10 +1035,22 @@ def audit(
             )
             notes = _console(stderr=True)  # stdout stays the table or the JSON
             if rebuilt.skipped:
-                why = ", ".join(f"{n} {reason}" for reason, n in sorted(rebuilt.reasons.items()))
-                notes.print(f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({why})[/]")
+                notes.print(
+                    f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({rebuilt.summary()})[/]"
+                )
                 if keys_dir is None and verify is None and rebuilt.reasons.get("malformed"):
                     notes.print(f"[yellow]{SIGNED_RECORDS_HINT}[/]")
+            for named in rebuilt.named:
+                notes.print(Text(f"hostile ledger record: {named}", style="red"), soft_wrap=True)
+            if rebuilt.hostile:
+                kinds = ", ".join(
+                    f"{rebuilt.reasons[r]} {r}" for r in HOSTILE if rebuilt.reasons[r]
+                )
+                hostile = FedxabError(
+                    f"{rebuilt.hostile} hostile ledger record(s) on the run's ledger topic "
+                    f"({kinds}): the audit fails; the ledger keeps only the records that verify "
+                    "and agree"
+                )
             open_mirrors = sorted(set(clients) - rebuilt.ended)
             if open_mirrors:
                 notes.print(
@@ -1046,7 +1060,7 @@ def audit(
         if not ledger.is_file():
             raise FedxabError(f"{ledger}: no such ledger file")
         if verify is not None:
-            _verify_ledger(ledger, verify, run_id)
+            _verify_ledger(ledger, verify, None if lifetime else run_id)
         names = accountants or ["rdp"]
         also = [make_accountant(name) for name in names[1:]]
         tables = []
@@ -1073,9 +1087,11 @@ def audit(
                     tables.append((title, ["owner", "runs", *spend], owners))
         if as_json:
             console.print_json(json.dumps(tables[0][2]))
-            return
-        for title, columns, rows in tables:
-            console.print(_audit_table(title, columns, rows))
+        else:
+            for title, columns, rows in tables:
+                console.print(_audit_table(title, columns, rows))
+        if hostile is not None:
+            raise hostile
 
 
 def _verify_ledger(ledger: Path, public_keys: Path, run_id: str | None) -> None:

@@ -54,7 +54,7 @@ from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transpor
 from fedxab.broker.codec import SERVER, client_sender, encode_envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.privacy.mirror import budget_record, end_record, release_record
+from fedxab.privacy.mirror import Owner, budget_record, end_record, release_record
 from fedxab.run.accounting import phase_communication
 from fedxab.run.assembly import Functions, build_run, regret_known
 from fedxab.run.evaluation import (
@@ -312,26 +312,34 @@ class ClientAgent:
         )
         self._last_privacy = time.monotonic()
 
+    def _owner(self, m: int) -> Owner:
+        assert self.run_ledger is not None
+        return Owner(*self.run_ledger.owner(m))
+
     async def _mirror_ledger(self) -> None:
-        """Publish the releases the clients recorded since the last call (ledger topic)."""
-        await self.broker.publish_many(
-            self.topics["ledger"],
-            [
-                (str(m), self._seal(release_record(self.run_id, m, phase, event), m))
-                for m, gate in self.gates.items()
-                for phase, event in gate.drain()
-            ],
-        )
+        """Publish the releases the clients recorded since the last call (ledger topic), each
+        naming its data owner; in a signed run the signed record is also kept in the client's
+        own ledger as the row's evidence, so that ledger verifies with public keys alone."""
+        records = []
+        for m, gate in self.gates.items():
+            for phase, event in gate.drain():
+                record = release_record(
+                    self.run_id, m, phase, event, namespace=self.namespace, owner=self._owner(m)
+                )
+                sealed = self._seal(record, m)
+                if self.signer is not None:  # attached to the row, which has none yet
+                    gate.ledger.record(self.run_id, m, phase, event, evidence=sealed)
+                records.append((str(m), sealed))
+        await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _close_ledger_mirror(self) -> None:
-        """Each client's end marker on the ledger topic: its mirror is complete."""
-        ends = [
-            (
-                str(m),
-                self._seal(end_record(self.run_id, m, len(gate.ledger.history(self.run_id, m))), m),
-            )
-            for m, gate in self.gates.items()
-        ]
+        """Each client's end marker on the ledger topic: its mirror is complete (the marker
+        carries the number and digest of the client's releases)."""
+        ends = []
+        for m, gate in self.gates.items():
+            rows = [(p, r, e) for p, r, _, e in gate.ledger.history(self.run_id, m)]
+            record = end_record(self.run_id, m, rows, namespace=self.namespace)
+            ends.append((str(m), self._seal(record, m)))
         await self.broker.publish_many(self.topics["ledger"], ends)
 
     async def _send(self, answers: list[tuple[int, Any]], phase: int) -> int:
@@ -411,14 +419,22 @@ class ClientAgent:
         lobby = lobby_topic(self.namespace)
         await self.broker.create_topics([*self.topics.values(), lobby])
         await self._to_every_client("join", 0, "join", lambda m: None)
-        budget = None if self.run_ledger is None else self.run_ledger.budget
-        if budget is not None:
+        if self.run_ledger is not None:  # each client's budgets and data owner
+            budget, lifetime = self.run_ledger.budget, self.run_ledger.lifetime
+            records = [
+                budget_record(
+                    self.run_id,
+                    m,
+                    budget,
+                    namespace=self.namespace,
+                    owner=self._owner(m),
+                    lifetime=lifetime,
+                )
+                for m in self.clients
+            ]
             await self.broker.publish_many(
                 self.topics["ledger"],
-                [
-                    (str(m), self._seal(budget_record(self.run_id, m, budget), m))
-                    for m in self.clients
-                ],
+                [(str(m), self._seal(r, m)) for m, r in zip(self.clients, records, strict=True)],
             )
         lobby_watch = announce_and_watch(
             self.broker,

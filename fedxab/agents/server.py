@@ -56,7 +56,13 @@ from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transpor
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
-from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
+from fedxab.privacy.mirror import (
+    Owner,
+    budget_record,
+    end_record,
+    rebuild_ledger,
+    release_record,
+)
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
@@ -127,6 +133,7 @@ class ServerAgent:
         self.seed = seed
         self.broker = broker
         self.run_id = run_id
+        self.namespace = namespace
         self.topics = run_topics(namespace, run_id)
         self.lobby = lobby_topic(namespace)
         self.protocol = protocol_of(config, seed)
@@ -550,34 +557,39 @@ class ServerAgent:
         if self.run_ledger is None:
             return
         records = []
+        named = {"by_server": True, "namespace": self.namespace}
         for m, gate in self.server.gates.items():
+            owner = Owner(*self.run_ledger.owner(m))
             for phase, event in gate.drain():
-                record = release_record(self.run_id, m, phase, event, by_server=True)
+                record = release_record(self.run_id, m, phase, event, owner=owner, **named)
                 records.append((str(m), self._seal_about(record, m)))
             if end:
-                releases = len(self.run_ledger.ledger.history(self.run_id, m))
-                record = end_record(self.run_id, m, releases, by_server=True)
+                rows = [(p, r, e) for p, r, _, e in self.run_ledger.ledger.history(self.run_id, m)]
+                record = end_record(self.run_id, m, rows, **named)
                 records.append((str(m), self._seal_about(record, m)))
+        await self.broker.publish_many(self.topics["ledger"], records)
+
+    async def _publish_budgets(self, run_ledger: RunLedger) -> None:
+        """Central DP: each client's budgets and data owner, on the ledger topic."""
+        records = []
+        for m in range(self.n_clients):
+            record = budget_record(
+                self.run_id,
+                m,
+                run_ledger.budget,
+                by_server=True,
+                namespace=self.namespace,
+                owner=Owner(*run_ledger.owner(m)),
+                lifetime=run_ledger.lifetime,
+            )
+            records.append((str(m), self._seal_about(record, m)))
         await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
         msg = self._replay()
         await self._republish_history()
         if self.run_ledger is not None:
-            budget = self.run_ledger.budget
-            if budget is not None:
-                await self.broker.publish_many(
-                    self.topics["ledger"],
-                    [
-                        (
-                            str(m),
-                            self._seal_about(
-                                budget_record(self.run_id, m, budget, by_server=True), m
-                            ),
-                        )
-                        for m in range(self.n_clients)
-                    ],
-                )
+            await self._publish_budgets(self.run_ledger)
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             active = self.active  # the clients the broadcast is for
@@ -741,6 +753,8 @@ class ServerAgent:
                 expect=set(range(self.n_clients)),
                 timeout_s=self.settings.telemetry_timeout_s,
                 signer=self.signer,
+                clients_only=True,  # local DP: the server authors no client's record
+                session=self.session,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
             self.rejected.update({("ledger", why): n for why, n in rebuilt.reasons.items()})

@@ -126,6 +126,8 @@ REJECT_REASONS = (
     "future_phase",
     "bad_payload",  # a body the algorithm refuses
     "conflict",  # a ledger record or client outcome contradicting the one already recorded
+    "server_authored",  # local DP: a ledger record the server wrote about a client
+    "end_mismatch",  # a ledger end marker that does not close the releases read
     "too_large",  # above [broker] max_message_bytes: refused before decoding
 )
 """Why a message is refused: the ``reason`` label of ``fedxab_messages_rejected_total``."""

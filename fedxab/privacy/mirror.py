@@ -1,35 +1,66 @@
 """The ledger mirrored on the run's ``ledger`` topic, and a ledger rebuilt from it.
 
-On a broker, every client agent publishes each release it records (and, at
-start, each hosted client's budget) to ``{namespace}.{run_id}.ledger``, keyed by client id, before
-the report that carries the released values. Anyone who can read the topic (the server, an
-auditor) rebuilds the run's ledger from it (:func:`rebuild_ledger`): recording is idempotent per
-(run, client, phase, release), so duplicated records (at-least-once delivery, a restarted client
-publishing again) change nothing.
+On a broker, every client agent publishes each release it records (and, at start, each hosted
+client's budgets) to ``{namespace}.{run_id}.ledger``, keyed by client id, before the report that
+carries the released values. Anyone who can read the topic (the server, an auditor) rebuilds the
+run's ledger from it (:func:`rebuild_ledger`): recording is idempotent per (run, client, phase,
+release), so duplicated records (at-least-once delivery, a restarted client publishing again)
+change nothing.
 
 One record = one :class:`~fedxab.broker.codec.Envelope` of kind ``"ledger"`` whose payload is
-``{"entry": "release", "phase", "release", "event": {...}}``,
-``{"entry": "budget", "epsilon", "delta"}`` or, once the client has seen the run's end,
-``{"entry": "end", "releases"}``; the client is the envelope's sender (and the record key, so one
-client's records keep their order). Under central DP the server releases and records for every
-client: its records are sent as ``"server"`` and name the client in the payload (``"client"``).
-The end marker makes a client's mirror checkably complete without trusting a broker's end offsets
-(the dev broker's can lag behind its last record): a reader that has a client's end marker has
-every release published for that client before it.
+``{"entry": "release", "phase", "release", "event": {...}, "owner", "objective"}``,
+``{"entry": "budget", "epsilon", "delta", "owner", "objective", "lifetime"}`` or, once the
+client has seen the run's end, ``{"entry": "end", "releases", "digest"}``; every one also names
+the run's ``namespace``. The client is the envelope's sender (and the record key, so one client's
+records keep their order). ``owner`` and ``objective`` name the client's data owner and the
+objective setting (:meth:`~fedxab.privacy.ledger.PrivacyLedger.set_owner`), so a rebuilt ledger
+keeps its owners and their lifetime budgets (``lifetime``: ``[epsilon, delta]`` or None). Under
+central DP the server releases and records for every client: its records are sent as
+``"server"`` and name the client in the payload (``"client"``).
+
+**What binds a record to its run's execution.** The run id and kind are the envelope's; the
+namespace is in the body (a run id repeats in another namespace for the same config and seed),
+and in a signed run the signature also covers the execution's session (the server's random token
+for one execution of a run, :mod:`fedxab.security.signing`), which the server checks on the
+releases and end markers it reads. A record of another namespace or session is refused as a
+``replay``. (No lobby session id exists yet: the run id, namespace and, when signed, the
+broadcast session are the execution's identity.)
+
+**End markers are checked against what was read.** An end marker carries the number of the
+client's releases and the digest of them (:func:`releases_digest`): a reader takes a client's
+mirror as complete only when the releases it holds for that client have that digest, so a
+replayed or forged marker cannot end a rebuild early (it is refused as ``end_mismatch``). The
+marker makes a client's mirror checkably complete without trusting a broker's end offsets (the
+dev broker's can lag behind its last record).
+
+**Who may author what.** Under local DP (DP-Fed-PNE) each client records its own releases; the
+server authors none. A release, budget or end record the server signed about a client of a run
+whose clients write their own records is refused (``server_authored``), and an audit that finds
+one fails naming both the server's record and the client's (:func:`rebuild_from_broker`). A record
+that contradicts one already recorded (``conflict``) is named the same way. These, the replays and
+the end mismatches are *hostile* records (:data:`HOSTILE`): only a party that can publish on the
+topic makes them, and any of them fails an audit.
+
+**Hostile or malformed records never stop the accounting.** Every field is range-checked before
+it touches SQLite (a release index of 2^63 is a refused record, not an ``OverflowError``), each
+refused record is counted by reason and only the first of each reason is logged (then one summary
+line), and a rebuild yields to the event loop every :data:`YIELD_EVERY` records, so that a topic
+flooded with junk delays a server's results by the time it takes to read it and nothing else.
 
 In a signed run each record is signed by the client it is about (under central DP, by the server,
-naming the client), and a ledger rebuilt with the verifying keys keeps each release's signed record
-as its evidence, so that an auditor can verify every row again later with public keys alone
-(:mod:`fedxab.privacy.verify`).
+naming the client), and every release row keeps its signed record as its evidence (the client's
+own ledger and a ledger rebuilt with the verifying keys alike), so that an auditor can verify
+every row again later with public keys alone (:mod:`fedxab.privacy.verify`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +76,10 @@ from fedxab.security.agents import keyring_in, open_record, verifier_in
 from fedxab.security.signing import HmacSigner, Opened, SignatureError, Signer
 
 __all__ = [
+    "HOSTILE",
     "SIGNED_RECORDS_HINT",
     "Entry",
+    "Owner",
     "Rebuild",
     "budget_record",
     "end_record",
@@ -55,9 +88,46 @@ __all__ = [
     "rebuild_from_broker",
     "rebuild_ledger",
     "release_record",
+    "releases_digest",
 ]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "fedxab"
+"""The topic namespace of a run that sets none (``[broker] namespace``)."""
+
+INDEX_LIMIT = 2**31
+"""Release indices and end-marker counts must lie in ``[0, INDEX_LIMIT)`` (phases already do:
+the envelope's check); a server's record names a client id below ``2**63`` (SQLite's integer)."""
+
+SETTLE_S = 0.5
+"""Reading a topic to its end goes on past its end offsets until no record came for this long."""
+
+YIELD_EVERY = 256
+"""A rebuild lets the event loop run (heartbeats, the broker client) after this many records."""
+
+HOSTILE = ("conflict", "server_authored", "replay", "end_mismatch")
+"""Refusal reasons that only a party able to publish on the topic causes, and that fail an audit
+(junk that does not even decode or verify is only counted)."""
+
+_NAMED = 20  # hostile records named in full per rebuild; the rest are counted
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A client's data owner and the objective setting it evaluates, as its records name them
+    (:func:`~fedxab.privacy.run_ledger.data_owner`,
+    :func:`~fedxab.privacy.run_ledger.objective_digest`)."""
+
+    name: str
+    objective: str
+
+
+def releases_digest(rows: Iterable[tuple[int, int, PrivacyEvent]]) -> str:
+    """The SHA-256 (hex) of a client's releases ``(phase, release, event)``, in (phase,
+    release) order: what an end marker says the client published."""
+    ordered = sorted((int(p), int(r), e.to_wire()) for p, r, e in rows)
+    return hashlib.sha256(packb([list(row) for row in ordered])).hexdigest()
 
 
 def _record(
@@ -67,9 +137,11 @@ def _record(
     msg_id: str,
     body: dict[str, Any],
     by_server: bool,
+    namespace: str,
 ) -> bytes:
+    body = {**body, "namespace": namespace}
     if by_server:
-        body = {**body, "client": client}
+        body["client"] = client
     return Envelope(
         run_id=run_id,
         kind="ledger",
@@ -81,6 +153,10 @@ def _record(
     ).encode()
 
 
+def _owner_fields(owner: Owner | None) -> dict[str, Any]:
+    return {} if owner is None else {"owner": owner.name, "objective": owner.objective}
+
+
 def release_record(
     run_id: str,
     client: int,
@@ -89,36 +165,77 @@ def release_record(
     release: int = 0,
     *,
     by_server: bool = False,
+    namespace: str = DEFAULT_NAMESPACE,
+    owner: Owner | None = None,
 ) -> bytes:
     """The ledger-topic record of one recorded release (``by_server``: central DP)."""
     body = {"entry": "release", "phase": phase, "release": release, "event": event.to_wire()}
-    return _record(run_id, client, phase, f"release:{phase}:{release}", body, by_server)
+    body |= _owner_fields(owner)
+    return _record(run_id, client, phase, f"release:{phase}:{release}", body, by_server, namespace)
 
 
-def budget_record(run_id: str, client: int, budget: Budget, *, by_server: bool = False) -> bytes:
-    """The ledger-topic record of a client's budget."""
-    body = {"entry": "budget", "epsilon": budget.epsilon, "delta": budget.delta}
-    return _record(run_id, client, 0, "budget", body, by_server)
+def budget_record(
+    run_id: str,
+    client: int,
+    budget: Budget | None,
+    *,
+    by_server: bool = False,
+    namespace: str = DEFAULT_NAMESPACE,
+    owner: Owner | None = None,
+    lifetime: Budget | None = None,
+) -> bytes:
+    """The ledger-topic record of a client's budget for the run (None: none) and, with
+    ``owner``, its data owner and the owner's ``lifetime`` budget."""
+    body: dict[str, Any] = {
+        "entry": "budget",
+        "epsilon": None if budget is None else budget.epsilon,
+        "delta": None if budget is None else budget.delta,
+        "lifetime": None if lifetime is None else [lifetime.epsilon, lifetime.delta],
+    }
+    body |= _owner_fields(owner)
+    return _record(run_id, client, 0, "budget", body, by_server, namespace)
 
 
-def end_record(run_id: str, client: int, releases: int, *, by_server: bool = False) -> bytes:
-    """The ledger-topic record saying all the client's ``releases`` releases are published."""
-    return _record(run_id, client, 0, "end", {"entry": "end", "releases": releases}, by_server)
+def end_record(
+    run_id: str,
+    client: int,
+    releases: Iterable[tuple[int, int, PrivacyEvent]],
+    *,
+    by_server: bool = False,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> bytes:
+    """The ledger-topic record saying all the client's ``releases`` (``(phase, release,
+    event)``, every one it recorded in the run) are published: their number and digest."""
+    rows = list(releases)
+    body = {"entry": "end", "releases": len(rows), "digest": releases_digest(rows)}
+    return _record(run_id, client, 0, "end", body, by_server, namespace)
 
 
-async def read_to_end(broker: Broker, topic: str) -> list[Record]:
-    """Every record the topic holds now (all partitions, from the beginning)."""
+async def read_to_end(broker: Broker, topic: str, settle_s: float = SETTLE_S) -> list[Record]:
+    """Every record the topic holds now (all partitions, from the beginning): up to its end
+    offsets, then on until no record came for ``settle_s`` seconds (the dev broker's end
+    offsets can lag behind its last records)."""
     sub = broker.subscribe(topic, None)
     try:
         ends = {p: end for p, end in (await sub.end_offsets()).items() if end > 0}
         records: list[Record] = []
-        if ends:
-            async for record in sub:
-                records.append(record)
-                if record.offset >= ends.get(record.partition, 0) - 1:
-                    ends.pop(record.partition, None)
-                    if not ends:
-                        break
+        if not ends:
+            return records
+        stream = aiter(sub)
+        while True:
+            try:
+                if ends:
+                    record = await anext(stream)
+                else:
+                    async with asyncio.timeout(settle_s):
+                        record = await anext(stream)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            records.append(record)
+            if len(records) % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            if record.offset >= ends.get(record.partition, 0) - 1:
+                ends.pop(record.partition, None)
         return records
     finally:
         await sub.close()
@@ -126,19 +243,30 @@ async def read_to_end(broker: Broker, topic: str) -> list[Record]:
 
 @dataclass
 class Rebuild:
-    """What :func:`rebuild_ledger` read: records skipped as invalid (by reason), and the
-    clients whose end marker it saw (their mirror is complete)."""
+    """What a rebuild read: records skipped as invalid (by reason), the clients whose end
+    marker matched what was read (their mirror is complete), and the hostile records named in
+    full (:data:`HOSTILE`; the first few, each naming the record it contradicts)."""
 
     skipped: int = 0
     ended: set[int] = field(default_factory=set)
     reasons: Counter[str] = field(default_factory=Counter)
+    named: list[str] = field(default_factory=list)
+
+    @property
+    def hostile(self) -> int:
+        """How many refused records were hostile (:data:`HOSTILE`)."""
+        return sum(self.reasons[r] for r in HOSTILE)
+
+    def summary(self) -> str:
+        """``"3 malformed, 1 conflict"``: the refused records by reason."""
+        return ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items()))
 
 
 @dataclass(frozen=True)
 class Entry:
     """One ledger-topic record, decoded and checked: the client it is about, its kind
     (``"release"``, ``"budget"`` or ``"end"``) and its content; ``by_server``: written by the
-    server about the client (central DP)."""
+    server about the client (central DP); ``session``: the session it was signed in."""
 
     client: int
     entry: str
@@ -147,24 +275,68 @@ class Entry:
     release: int = 0
     event: PrivacyEvent | None = None
     budget: Budget | None = None
+    lifetime: Budget | None = None
+    owner: Owner | None = None
+    releases: int = 0
+    digest: str = ""
+    namespace: str | None = None
+    session: str = ""
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.client, self.phase, self.release)
 
 
-def entry_of(opened: Opened, run_id: str, *, signed: bool) -> Entry:
-    """The entry of an opened ledger-topic record of run ``run_id``; ProtocolError if it is not
-    a valid one (another run or kind, a malformed body, an event no accountant takes). A signed
-    server's record must be signed for the client it names."""
+class _Replay(ProtocolError):
+    reason = "replay"
+
+
+def _index(name: str, value: Any, limit: int = INDEX_LIMIT) -> int:
+    if type(value) is not int or not 0 <= value < limit:
+        raise ProtocolError(f"{name} must be an integer in [0, {limit}), got {value!r:.40}")
+    return value
+
+
+def _owner_of(body: Mapping[str, Any]) -> Owner | None:
+    name, objective = body.get("owner"), body.get("objective")
+    if name is None and objective is None:
+        return None
+    if not (isinstance(name, str) and isinstance(objective, str)) or not 0 < len(name) <= 256:
+        raise ProtocolError("'owner' and 'objective' must be strings (owner: 1 to 256 chars)")
+    if len(objective) > 256:
+        raise ProtocolError("'objective' must be at most 256 chars")
+    return Owner(name, objective)
+
+
+def _budget_of(value: Any) -> Budget | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ProtocolError(f"a lifetime budget must be [epsilon, delta], got {value!r:.60}")
+    return Budget(float(value[0]), float(value[1]))
+
+
+def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None = None) -> Entry:
+    """The entry of an opened ledger-topic record of run ``run_id`` (of ``namespace``, if
+    given); ProtocolError if it is not a valid one (another run, namespace or kind, a malformed
+    body, a field out of range, an event no accountant takes). A signed server's record must be
+    signed for the client it names."""
     env = opened.envelope
     if env.run_id != run_id or env.kind != "ledger":
         raise ProtocolError(f"{env.kind!r} from {env.sender!r} for run {env.run_id!r}")
     body = env.body()
     if not isinstance(body, Mapping):
         raise ProtocolError("a ledger entry must be a map")
+    recorded_in = body.get("namespace")
+    if namespace is not None and recorded_in != namespace:
+        raise _Replay(
+            f"{env.sender}'s {body.get('entry')!r:.20} record of namespace {recorded_in!r:.80}, "
+            f"read in {namespace!r}: another execution's record, replayed"
+        )
     client = env.client_id
     by_server = env.sender == SERVER
     if by_server:  # central DP: the server records for the client it names
-        client = body.get("client")
-        if type(client) is not int or client < 0:
-            raise ProtocolError(f"a server's ledger entry must name a client, got {client!r}")
+        client = _index("a server's ledger entry's 'client'", body.get("client"), 2**63)
         if signed and client != opened.for_client:
             raise SignatureError(
                 "bad_signature", f"server's entry for client {client} signed for another"
@@ -174,21 +346,55 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool) -> Entry:
     entry = body.get("entry")
     if not isinstance(entry, str) or entry not in ("release", "budget", "end"):
         raise ProtocolError(f"unknown ledger entry {entry!r:.80}")
+    common = {"namespace": recorded_in, "session": opened.session}
     try:
         if entry == "release":
-            phase, release = body.get("phase"), body.get("release")
-            if type(phase) is not int or type(release) is not int or phase != env.phase:
-                raise ProtocolError(f"bad phase/release {phase!r}/{release!r}")
+            phase = body.get("phase")
+            release = _index("a release index", body.get("release"))
+            if type(phase) is not int or phase != env.phase:
+                raise ProtocolError(f"bad phase {phase!r:.40} (envelope: {env.phase})")
             event = PrivacyEvent.from_wire(body.get("event"))
-            return Entry(client, entry, by_server, phase, release, event=event)
+            owner = _owner_of(body)
+            return Entry(client, entry, by_server, phase, release, event, owner=owner, **common)
         if entry == "budget":
-            budget = Budget(float(body["epsilon"]), float(body["delta"]))
-            return Entry(client, entry, by_server, budget=budget)
+            epsilon, delta = body.get("epsilon"), body.get("delta")
+            budget = None if epsilon is None else Budget(float(epsilon), float(delta))
+            lifetime, owner = _budget_of(body.get("lifetime")), _owner_of(body)
+            return Entry(
+                client, entry, by_server, budget=budget, lifetime=lifetime, owner=owner, **common
+            )
+        releases = _index("an end marker's 'releases'", body.get("releases"))
+        digest = body.get("digest")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise ProtocolError(f"an end marker's 'digest' must be 64 hex digits, {digest!r:.80}")
+        return Entry(client, entry, by_server, releases=releases, digest=digest, **common)
     except (ProtocolError, ConfigError):
         raise
     except Exception as exc:  # any defect of an untrusted body is a malformed record
         raise ProtocolError(f"bad ledger entry: {type(exc).__name__}: {exc}") from exc
-    return Entry(client, entry, by_server)
+
+
+def _write(ledger: PrivacyLedger, run_id: str, entry: Entry, evidence: bytes | None) -> None:
+    """Record ``entry`` (a release or a budget) in ``ledger``; LedgerError if it contradicts
+    what is recorded."""
+    if entry.owner is not None:
+        ledger.set_owner(run_id, entry.client, entry.owner.name, entry.owner.objective)
+    if entry.event is not None:
+        ledger.record(
+            run_id, entry.client, entry.phase, entry.event, entry.release, evidence=evidence
+        )
+        return
+    if entry.budget is not None:
+        ledger.set_budget(run_id, entry.client, entry.budget)
+    if entry.lifetime is not None and entry.owner is not None:
+        ledger.set_lifetime_budget(entry.owner.name, entry.lifetime)
+
+
+def _complete(ledger: PrivacyLedger, run_id: str, entry: Entry) -> bool:
+    """Whether the releases ``ledger`` holds for the end marker's client are the ones it
+    closes."""
+    rows = [(p, r, e) for p, r, _, e in ledger.history(run_id, entry.client)]
+    return len(rows) == entry.releases and releases_digest(rows) == entry.digest
 
 
 def apply_record(
@@ -198,56 +404,185 @@ def apply_record(
     signer: Signer | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> int | None:
-    """Apply one ledger-topic record; the client id if it is an end marker, else None.
-    ProtocolError if it is not a valid record for ``run_id`` (then nothing is recorded),
-    among them a record above ``max_bytes`` (refused before decoding). ``signer`` (signed
-    runs) verifies the record, and a release keeps the signed record as its evidence
+    """Apply one ledger-topic record, of any namespace; the client id if it is an end marker
+    that matches what ``ledger`` holds, else None. ProtocolError if it is not a valid record
+    for ``run_id`` (then nothing is recorded), among them a record above ``max_bytes``
+    (refused before decoding) and an end marker that does not match. ``signer`` (signed runs)
+    verifies the record, and a release keeps the signed record as its evidence
     (:mod:`fedxab.privacy.verify`); without it the record is only decoded."""
-    opened = open_record(record.value, signer, max_bytes)
-    entry = entry_of(opened, run_id, signed=signer is not None)
-    if entry.event is not None:
-        evidence = None if signer is None else bytes(record.value)
-        ledger.record(
-            run_id, entry.client, entry.phase, entry.event, entry.release, evidence=evidence
-        )
-    elif entry.budget is not None:
-        ledger.set_budget(run_id, entry.client, entry.budget)
-    else:
+    reader = _Reader(run_id, None, signer, max_bytes)
+    entry = reader.open(record)
+    if entry.entry == "end":
+        if not _complete(ledger, run_id, entry):
+            raise ProtocolError(f"client {entry.client}'s end marker does not match its releases")
         return entry.client
+    _write(ledger, run_id, entry, reader.evidence(record))
     return None
 
 
-def _apply(
-    result: Rebuild,
-    ledger: PrivacyLedger,
-    topic: str,
-    run_id: str,
-    record: Record,
-    signer: Signer | None,
-    max_bytes: int,
-) -> None:
-    """Apply ``record`` (:func:`apply_record`); an invalid or conflicting one is skipped,
-    counted in ``result`` and logged."""
-    try:
-        ended = apply_record(ledger, run_id, record, signer, max_bytes)
-    except (ProtocolError, ConfigError) as exc:  # malformed, or an event no accountant takes
-        result.skipped += 1
-        result.reasons[exc.reason if isinstance(exc, ProtocolError) else "malformed"] += 1
-        log.warning("ledger topic %s offset %d skipped: %s", topic, record.offset, exc)
-        return
-    except LedgerError as exc:  # a valid record that contradicts one already recorded
-        result.skipped += 1
-        result.reasons["conflict"] += 1
-        log.error(
-            "ledger topic %s offset %d: %s; the first record is kept (a client that published "
-            "two different releases under one key is misbehaving: audit it)",
-            topic,
-            record.offset,
-            exc,
+def _where(record: Record) -> str:
+    return f"partition {record.partition} offset {record.offset}"
+
+
+def _about(entry: Entry) -> str:
+    by = "the server" if entry.by_server else f"client {entry.client}"
+    what = {"release": f"release (phase {entry.phase}, release {entry.release})"}.get(
+        entry.entry, entry.entry
+    )
+    return f"{by}'s {what} record about client {entry.client}"
+
+
+class _Reader:
+    """Reads one run's ledger topic into a ledger: opens, checks and applies its records and
+    counts, logs and names those it refuses (module docstring).
+
+    ``clients_only``: the run's clients write their own records (local DP), so a record the
+    server authored about a client is refused. ``session``: the execution's session (a signing
+    server's own); releases and end markers of another session are refused."""
+
+    def __init__(
+        self,
+        run_id: str,
+        namespace: str | None,
+        signer: Signer | None,
+        max_bytes: int,
+        *,
+        topic: str = "",
+        clients_only: bool = False,
+        session: str | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.namespace = namespace
+        self.signer = signer
+        self.max_bytes = max_bytes
+        self.topic = topic
+        self.clients_only = clients_only
+        self.session = session or None
+        self.result = Rebuild()
+        self.first: dict[tuple[int, int, int], str] = {}  # where each recorded release came from
+        self.own: dict[tuple[int, int, int], str] = {}  # clients' own releases (audit: pass 1)
+        self.own_any: dict[int, str] = {}  # each client's first own record (audit: pass 1)
+
+    def evidence(self, record: Record) -> bytes | None:
+        return None if self.signer is None else bytes(record.value)
+
+    def open(self, record: Record) -> Entry:
+        opened = open_record(record.value, self.signer, self.max_bytes)
+        entry = entry_of(
+            opened, self.run_id, signed=self.signer is not None, namespace=self.namespace
         )
-        return
-    if ended is not None:
-        result.ended.add(ended)
+        if (
+            self.session is not None
+            and entry.entry != "budget"
+            and not entry.by_server
+            and entry.session != self.session
+        ):
+            raise _Replay(
+                f"{_about(entry)} of session {entry.session!r:.70}, not this execution's: replayed"
+            )
+        return entry
+
+    def refuse(self, reason: str, record: Record, text: str) -> None:
+        result = self.result
+        result.skipped += 1
+        result.reasons[reason] += 1
+        if reason in HOSTILE and len(result.named) < _NAMED:
+            result.named.append(f"{self.topic} {_where(record)}: {text}")
+        if result.reasons[reason] == 1:  # one line per kind; the summary gives the counts
+            level = logging.ERROR if reason in HOSTILE else logging.WARNING
+            log.log(
+                level,
+                "ledger topic %s %s refused (%s; further ones are counted, not logged): %s",
+                self.topic,
+                _where(record),
+                reason,
+                text,
+            )
+
+    def entry(self, record: Record) -> Entry | None:
+        """The record's entry, or None (refused and counted)."""
+        try:
+            return self.open(record)
+        except (ProtocolError, ConfigError) as exc:  # malformed, or an event no one accounts
+            self.refuse(getattr(exc, "reason", "malformed"), record, str(exc))
+            return None
+
+    def scan(self, records: Iterable[Record]) -> list[tuple[Record, Entry]]:
+        """Every valid entry of ``records`` (a whole topic read at once), the others refused;
+        notes where each client's own records are, and whether there are any (then the run is
+        local DP: ``clients_only``)."""
+        entries = []
+        for record in records:
+            entry = self.entry(record)
+            if entry is None:
+                continue
+            entries.append((record, entry))
+            if not entry.by_server:
+                self.clients_only = True
+                self.own_any.setdefault(entry.client, _where(record))
+                if entry.entry == "release":
+                    self.own.setdefault(entry.key, _where(record))
+        return entries
+
+    def apply(self, ledger: PrivacyLedger, record: Record, entry: Entry) -> None:
+        """Record ``entry`` in ``ledger``, or refuse it (counted, and named if hostile)."""
+        if entry.by_server and self.clients_only:
+            theirs = self.own.get(entry.key) or self.own_any.get(entry.client)
+            also = "" if theirs is None else f"; client {entry.client}'s own record: {theirs}"
+            self.refuse(
+                "server_authored",
+                record,
+                f"{_about(entry)}: under local DP the server may not author a client's "
+                f"ledger records{also}",
+            )
+            return
+        if entry.entry == "end":
+            if _complete(ledger, self.run_id, entry):
+                self.result.ended.add(entry.client)
+            else:
+                held = len(ledger.history(self.run_id, entry.client))
+                self.refuse(
+                    "end_mismatch",
+                    record,
+                    f"{_about(entry)} closes {entry.releases} release(s) with digest "
+                    f"{entry.digest[:12]}..., but {held} were read for it: not this mirror's end",
+                )
+            return
+        try:
+            _write(ledger, self.run_id, entry, self.evidence(record))
+        except LedgerError as exc:  # a valid record contradicting one already recorded
+            first = self.first.get(entry.key, "an earlier record")
+            self.refuse(
+                "conflict",
+                record,
+                f"{_about(entry)} contradicts the one recorded from {first} ({exc}); the first "
+                "is kept (a party that published two different records under one key is "
+                "misbehaving: audit it)",
+            )
+            return
+        if entry.event is not None:
+            self.first.setdefault(entry.key, _where(record))
+
+    def read(self, ledger: PrivacyLedger, record: Record) -> None:
+        entry = self.entry(record)
+        if entry is not None:
+            self.apply(ledger, record, entry)
+
+    def finish(self) -> Rebuild:
+        result = self.result
+        if result.skipped:
+            log.warning(
+                "ledger topic %s: %d record(s) refused (%s)",
+                self.topic,
+                result.skipped,
+                result.summary(),
+            )
+        return result
+
+
+def _namespace_of(topic: str, run_id: str) -> str | None:
+    suffix = f".{run_id}.ledger"
+    return topic[: -len(suffix)] if topic.endswith(suffix) else None
 
 
 async def rebuild_ledger(
@@ -259,48 +594,61 @@ async def rebuild_ledger(
     expect: set[int] | None = None,
     timeout_s: float = 60.0,
     signer: Signer | None = None,
+    clients_only: bool = False,
+    session: str | None = None,
 ) -> Rebuild:
     """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
 
     Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
-    (client ids), reads until each of them has its end marker, or until no record came for
-    ``timeout_s`` seconds. Invalid
-    records are skipped, counted and logged. A record that contradicts one already in the
-    ledger is skipped and counted too (reason ``conflict``, logged as an error naming the
-    client): history is never rewritten, and one client cannot stop the others' accounting.
-    ``signer``: see :func:`apply_record` (signed runs pass theirs: an unsigned or forged record
-    is skipped and counted like a malformed one). Records above the broker's
-    ``max_message_bytes`` are skipped unread."""
-    result = Rebuild()
-
-    def apply(record: Record) -> None:
-        _apply(result, ledger, topic, run_id, record, signer, broker.max_message_bytes)
-
+    (client ids), reads until each of them has an end marker matching what was read, or until
+    no record came for ``timeout_s`` seconds. Invalid, foreign (another namespace, or with
+    ``session`` another session) and hostile records are skipped and counted, the first of each
+    reason logged (module docstring). A record that contradicts one already in the ledger is
+    skipped and counted too (reason ``conflict``, logged as an error naming both records):
+    history is never rewritten, and one client cannot stop the others' accounting.
+    ``clients_only``: the clients author their records (local DP; a server's record about a
+    client is refused). ``signer``: see :func:`apply_record` (signed runs pass theirs: an
+    unsigned or forged record is skipped and counted like a malformed one). Records above the
+    broker's ``max_message_bytes`` are skipped unread."""
+    reader = _Reader(
+        run_id,
+        _namespace_of(topic, run_id),
+        signer,
+        broker.max_message_bytes,
+        topic=topic,
+        clients_only=clients_only,
+        session=session,
+    )
     if expect is None:
-        records = await read_to_end(broker, topic)
+        entries = reader.scan(await read_to_end(broker, topic))
         with ledger.transaction():  # one sync to disk, not one per record
-            for record in records:
-                apply(record)
-        return result
+            for record, entry in entries:
+                reader.apply(ledger, record, entry)
+        return reader.finish()
 
     if not expect:
-        return result
+        return reader.result
     async with broker.subscribe(topic, None) as sub:
         records = aiter(sub)
-        while not expect <= result.ended:
+        k = 0
+        while not expect <= reader.result.ended:
             try:  # an idle limit: a long ledger still arriving is read to its end
                 async with asyncio.timeout(timeout_s):
                     record = await anext(records)
             except (TimeoutError, StopAsyncIteration):
                 log.warning(
-                    "ledger topic %s: no end marker from client(s) %s (no record for %.0f s)",
+                    "ledger topic %s: no matching end marker from client(s) %s (no record for "
+                    "%.0f s)",
                     topic,
-                    sorted(expect - result.ended)[:5],
+                    sorted(expect - reader.result.ended)[:5],
                     timeout_s,
                 )
                 break
-            apply(record)
-    return result
+            reader.read(ledger, record)
+            k += 1
+            if k % YIELD_EVERY == 0:  # never starve the loop, however many records are queued
+                await asyncio.sleep(0)
+    return reader.finish()
 
 
 SIGNED_RECORDS_HINT = (
@@ -325,8 +673,12 @@ def rebuild_from_broker(
     ``keys_dir`` (the HMAC client keys), only the records those keys verify are recorded, each
     release with its signed record as evidence.
 
-    A topic without any record of the run, or whose records all fail, is an error, and a ledger
-    file this call created is removed: an empty rebuild is not an empty ledger."""
+    Every record is read and checked first; a run any of whose clients wrote its own records is
+    a local-DP run, whose records the server may not author. The valid records are then
+    written in one transaction: an error leaves the file as it was, and a file this call
+    created is removed. A topic without any record of the run, or whose records all fail, is an
+    error: an empty rebuild is not an empty ledger. Hostile records (:data:`HOSTILE`) are in
+    the returned :attr:`Rebuild.named`; the caller fails the audit on them."""
     if not url.startswith("kafka://"):
         raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
     if keys_dir is not None and public_keys is not None:
@@ -343,31 +695,35 @@ def rebuild_from_broker(
 
     topic = topic_name(namespace, run_id, "ledger")
     broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
-    created = not path.exists()
 
-    async def main() -> tuple[Rebuild, list[int]]:
+    async def read() -> list[Record]:
         async with broker:
-            records = await read_to_end(broker, topic)
-        if not records:
-            raise FedxabError(
-                f"--rebuild-from: the ledger topic {topic} on {url} holds no record: nothing "
-                "to rebuild (check --run and --namespace)"
-            )
-        rebuilt = Rebuild()
-        with PrivacyLedger(path) as book:
-            for record in records:
-                _apply(rebuilt, book, topic, run_id, record, signer, broker.max_message_bytes)
-            clients = book.clients(run_id)
-        if not clients:
-            if created:
-                for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm"))):
-                    leftover.unlink(missing_ok=True)
-            why = ", ".join(f"{n} {reason}" for reason, n in sorted(rebuilt.reasons.items()))
-            hint = "" if signer is not None else f"; {SIGNED_RECORDS_HINT}"
-            raise FedxabError(
-                f"--rebuild-from: none of the {len(records)} record(s) of {topic} is a valid "
-                f"record of run {run_id} ({why}): nothing rebuilt{hint}"
-            )
-        return rebuilt, clients
+            return await read_to_end(broker, topic)
 
-    return asyncio.run(main())
+    records = asyncio.run(read())
+    if not records:
+        raise FedxabError(
+            f"--rebuild-from: the ledger topic {topic} on {url} holds no record: nothing "
+            "to rebuild (check --run and --namespace)"
+        )
+    reader = _Reader(run_id, namespace, signer, broker.max_message_bytes, topic=topic)
+    entries = reader.scan(records)
+    created = not path.exists()
+    try:
+        with PrivacyLedger(path) as book, book.transaction():
+            for record, entry in entries:
+                reader.apply(book, record, entry)
+            clients = book.clients(run_id)
+            if not clients:
+                hint = "" if signer is not None else f"; {SIGNED_RECORDS_HINT}"
+                raise FedxabError(
+                    f"--rebuild-from: none of the {len(records)} record(s) of {topic} is a "
+                    f"valid record of run {run_id} ({reader.result.summary()}): nothing "
+                    f"rebuilt{hint}"
+                )
+    except BaseException:
+        if created:
+            for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm"))):
+                leftover.unlink(missing_ok=True)
+        raise
+    return reader.finish(), clients

@@ -126,13 +126,18 @@ class RunLedger:
             location=location,
         )
 
+    def owner(self, client: int) -> tuple[str, str]:
+        """Client ``client``'s data owner (:func:`data_owner`) and the run's objective setting,
+        as :meth:`gate` names them in the ledger (and the ledger topic's records carry them)."""
+        return data_owner(client, self.data_set), self.objective
+
     def gate(self, client: int) -> LedgerGate:
         """Client ``client``'s gate, with its budget (if any), its data owner and the owner's
         lifetime budget (if any) set in the ledger first."""
         if self.budget is not None:
             self.ledger.set_budget(self.run, client, self.budget)
-        owner = data_owner(client, self.data_set)
-        self.ledger.set_owner(self.run, client, owner, self.objective)
+        owner, objective = self.owner(client)
+        self.ledger.set_owner(self.run, client, owner, objective)
         if self.lifetime is not None:
             self.ledger.set_lifetime_budget(owner, self.lifetime)
         return LedgerGate(self.ledger, self.run, client)

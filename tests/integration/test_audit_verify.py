@@ -43,7 +43,7 @@ def _records(keys, clients: range) -> list[tuple[str, bytes]]:
         signer = Ed25519Signer({m: private}, {}, CLIENTS)
         records = [budget_record(RUN, m, Budget(4.0, 1e-5))]
         records += [release_record(RUN, m, phase, EVENT) for phase in range(1, RELEASES + 1)]
-        records.append(end_record(RUN, m, RELEASES))
+        records.append(end_record(RUN, m, [(p, 0, EVENT) for p in range(1, RELEASES + 1)]))
         out += [(str(m), signer.seal(record, m, "session")) for record in records]
     return out
 

@@ -133,7 +133,7 @@ def test_one_clients_history_and_the_table(ledger):
         (["--run", "run-a", "--client", "7"], "no release"),
         (["--accountant", "renyi"], "privacy.accountant"),
         (["--accountant", "rdp", "--accountant", "renyi"], "privacy.accountant"),
-        (["--lifetime", "--run", "run-a"], "leave out --client and --run"),
+        (["--lifetime", "--run", "run-a"], "leave out --run"),
     ],
 )
 def test_bad_options_are_one_clear_error(ledger, args, message):
