@@ -1024,7 +1024,7 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
     if _user_objective(data) and isinstance(data.get("federation"), Mapping):
         # a user's objective: every client evaluates its own function, no simulated family
         data = {**data, "federation": {"heterogeneity": "none", **data["federation"]}}
-    parts = {
+    parts: dict[str, Any] = {  # one section object (or None) per field of Config
         name: (
             cls.from_table(data[name])
             if name in data

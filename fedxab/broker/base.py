@@ -93,7 +93,7 @@ def check_fetch_max_wait_ms(value: object) -> int:
     """``value`` if it is an int from 1 to :data:`MAX_FETCH_MAX_WAIT_MS`, else
     :class:`ConfigError` naming the setting (0 would make every idle reader ask without pause)."""
     whole = isinstance(value, int) and not isinstance(value, bool)
-    if not whole or not 1 <= value <= MAX_FETCH_MAX_WAIT_MS:
+    if not whole or not isinstance(value, int) or not 1 <= value <= MAX_FETCH_MAX_WAIT_MS:
         raise ConfigError(
             "broker.fetch_max_wait_ms",
             f"must be a whole number of milliseconds from 1 to {MAX_FETCH_MAX_WAIT_MS:,}, "

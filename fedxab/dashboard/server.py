@@ -159,8 +159,8 @@ def _app(source: Source) -> Any:
                 return as_json(start_response, "404 Not Found", {"error": text})
             except FedxabError as exc:
                 return as_json(start_response, "503 Service Unavailable", {"error": str(exc)})
-        text = b"not found: the fedxab dashboard serves /, /api/state and /api/client\n"
-        return reply(start_response, "404 Not Found", text, "text/plain")
+        body = b"not found: the fedxab dashboard serves /, /api/state and /api/client\n"
+        return reply(start_response, "404 Not Found", body, "text/plain")
 
     return app
 

@@ -93,7 +93,8 @@ class HttpEndpoint:
             address_family = family
 
         try:
-            self._httpd = make_server(address[0], int(port), app, Server, _QuietHandler)
+            # an IP address string: the socket address of an AF_INET or AF_INET6 family
+            self._httpd = make_server(str(address[0]), int(port), app, Server, _QuietHandler)
         except OSError as exc:
             raise self.error(self._bind_message(host, int(port), exc)) from None
         self.host = host

@@ -169,8 +169,8 @@ class AverageObjective(Objective):
         self.separable = all(bool(getattr(o, "separable", False)) for o in objs)
         self.cache = EvaluationCache(check_cache_size(cache_size, "average.cache_size"))
         base = getattr(objs[0], "base", None)
-        shifted = all(type(o) is ShiftedObjective and o.base is base for o in objs)
-        self._shifts = np.array([o.shift for o in objs]) if shifted else None
+        shifts = [o.shift for o in objs if type(o) is ShiftedObjective and o.base is base]
+        self._shifts = np.array(shifts) if len(shifts) == len(objs) else None
         super().__init__(dom)
         if compute_optimum:
             cands = np.vstack([known_maximizers(o) for o in objs])

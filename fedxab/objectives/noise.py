@@ -198,7 +198,7 @@ def make_noise(name: str, **params: Any) -> NoiseModel:
     ``objective.noise.<param>``) listing what is allowed; a missing required parameter names it.
     """
     key = name.strip().lower() if isinstance(name, str) else name
-    cls = NOISE_MODELS.get(key)  # type: ignore[arg-type]
+    cls = NOISE_MODELS.get(key)
     if cls is None:
         raise ConfigError(
             f"{_FIELD}.name",

@@ -97,7 +97,7 @@ class EntryResult:
                 f"{self.planned.results_path}: a run of the private {self.planned.entry.key} has "
                 "no privacy block"
             )
-        eps = np.array([float(b["max_epsilon"]) for b in blocks])  # type: ignore[index]
+        eps = np.array([float(b["max_epsilon"]) for b in blocks])
         return float(eps.mean()), float(eps.std())
 
 

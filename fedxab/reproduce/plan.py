@@ -12,7 +12,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from fedxab.reproduce.experiments import Entry, Experiment, ReproduceError, get_experiment
 
@@ -93,6 +93,10 @@ class Plan:
         return f"T = {self.budget:,}"
 
 
+@overload
+def _positive(option: str, value: int) -> int: ...
+@overload
+def _positive(option: str, value: None) -> None: ...
 def _positive(option: str, value: int | None) -> int | None:
     if value is None:
         return None
@@ -126,7 +130,7 @@ def make_plan(
     from fedxab.config import config_from_dict
 
     exp = get_experiment(name)
-    seeds = exp.seeds if seeds is None else _positive("--seeds", seeds)  # type: ignore[assignment]
+    seeds = exp.seeds if seeds is None else _positive("--seeds", seeds)
     budget = _positive("--budget", budget)
     clients = _positive("--clients", clients)
     workers = _positive("--workers", workers)
