@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
@@ -32,14 +33,8 @@ SEED = 3
 def _config(
     algorithm: str = "fedpne", heterogeneity: str = "offset", clients: int = 6, budget=800, **agents
 ):
-    return config_from_dict(
-        {
-            "run": {"budget": budget},
-            "objective": {"name": "garland"},
-            "algorithm": {"name": algorithm},
-            "federation": {"clients": clients, "heterogeneity": heterogeneity},
-            "agents": agents,
-        }
+    return sim_config(
+        algorithm, clients=clients, budget=budget, heterogeneity=heterogeneity, agents=agents
     )
 
 

@@ -7,11 +7,11 @@ message of a run is decoded and inspected for raw rewards.
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 from fts_settings import CHEAP_FTS, CHEAP_TS
 
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import FEDERATED
-from fedxab.config import config_from_dict
 from fedxab.seeding import stream
 
 PARAMS = {
@@ -27,13 +27,15 @@ BUDGETS = {"ftsde": 80, "dpftsde": 80, "ts": 80, "fedtpe": 80}
 def _config(
     name, budget=600, clients=4, objective="garland", heterogeneity="offset", seed=0, **federation
 ):
-    return config_from_dict(
-        {
-            "run": {"seed": seed, "repeats": 1, "budget": budget},
-            "objective": {"name": objective, "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": {"name": name, **PARAMS.get(name, {})},
-            "federation": {"clients": clients, "heterogeneity": heterogeneity, **federation},
-        }
+    return sim_config(
+        name,
+        clients=clients,
+        budget=budget,
+        objective={"name": objective, "noise": {"name": "uniform", "half_width": 0.1}},
+        heterogeneity=heterogeneity,
+        params=PARAMS.get(name, {}),
+        run={"seed": seed, "repeats": 1},
+        federation=federation,
     )
 
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 from typer.testing import CliRunner
 
 from fedxab.agents.federation import Federation, run_federated, run_federated_config
@@ -28,13 +29,13 @@ EXAMPLE = "examples/fedpne_garland.toml"
 
 
 def _config(m, t, *, objective="garland", heterogeneity="offset", repeats=1, seed=0, **alg):
-    return config_from_dict(
-        {
-            "run": {"seed": seed, "repeats": repeats, "budget": t},
-            "objective": {"name": objective, "noise": {"name": "uniform", "half_width": 0.1}},
-            "algorithm": {"name": "fedpne", **alg},
-            "federation": {"clients": m, "heterogeneity": heterogeneity},
-        }
+    return sim_config(
+        clients=m,
+        budget=t,
+        objective={"name": objective, "noise": {"name": "uniform", "half_width": 0.1}},
+        heterogeneity=heterogeneity,
+        params=alg,
+        run={"seed": seed, "repeats": repeats},
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from config_factory import sim_config
 from fts_settings import CHEAP_FTS, CHEAP_TS
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
@@ -22,20 +23,15 @@ SEED = 1
 
 def _config(name="dpftsde", *, rounds=40, clients=3, algorithm=None, privacy=None):
     private = name == "dpftsde"
-    return config_from_dict(
-        {
-            "run": {"budget": 10 + rounds, "seed": SEED},
-            "objective": {"name": "garland", "noise": {"name": "gaussian", "sigma": 0.1}},
-            "algorithm": {
-                "name": name,
-                "regions": 2,
-                "weights": "synthetic",
-                **CHEAP_FTS,
-                **(algorithm or {}),
-            },
-            "federation": {"clients": clients, "heterogeneity": "none"},
-            **({"privacy": {"accountant": "moments", **(privacy or {})}} if private else {}),
-        }
+    return sim_config(
+        name,
+        clients=clients,
+        budget=10 + rounds,
+        objective={"name": "garland", "noise": {"name": "gaussian", "sigma": 0.1}},
+        heterogeneity="none",
+        params={"regions": 2, "weights": "synthetic", **CHEAP_FTS, **(algorithm or {})},
+        run={"seed": SEED},
+        **({"privacy": {"accountant": "moments", **(privacy or {})}} if private else {}),
     )
 
 

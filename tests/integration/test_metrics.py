@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_procs import Samples, get, log_line, scrape
+from config_factory import sim_config
 from typer.testing import CliRunner
 
 from fedxab.agents.client import ClientAgent
@@ -46,19 +47,19 @@ def _config(algorithm: str = "fedpne", budget: int = 4000, privacy: dict | None 
     """A Fed-PNE (or DP-Fed-PNE) job; on a broker the clients send their regret telemetry after
     every phase (by default at most once a second: a run of a few seconds would show its regret
     only at the end)."""
-    algo: dict = {"name": algorithm}
+    algo: dict = {}
     if algorithm == "dpfedpne":
         algo |= {"epsilon": EPSILON, "privacy_delta": PRIVACY_DELTA, "composition": "sequential"}
-    data = {
-        "run": {"budget": budget, "seed": SEED},
-        "objective": {"name": "garland"},
-        "algorithm": algo,
-        "federation": {"clients": CLIENTS, "heterogeneity": "offset"},
-        "agents": {"telemetry_interval_s": 1e-6},
-    }
-    if privacy is not None:
-        data["privacy"] = privacy
-    return config_from_dict(data)
+    return sim_config(
+        algorithm,
+        clients=CLIENTS,
+        budget=budget,
+        heterogeneity="offset",
+        params=algo,
+        run={"seed": SEED},
+        agents={"telemetry_interval_s": 1e-6},
+        **({} if privacy is None else {"privacy": privacy}),
+    )
 
 
 class Scraper:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
@@ -34,19 +35,14 @@ CLIENTS, BUDGET = 4, 30_000
 
 
 def _config(privacy: dict | None = None, composition: str = "sequential", **run):
-    return config_from_dict(
-        {
-            "run": {"budget": BUDGET, **run},
-            "objective": {"name": "garland"},
-            "algorithm": {
-                "name": "dpfedpne",
-                "epsilon": EPSILON,
-                "privacy_delta": PRIVACY_DELTA,
-                "composition": composition,
-            },
-            "federation": {"clients": CLIENTS, "heterogeneity": "offset"},
-            "privacy": privacy or {},
-        }
+    return sim_config(
+        "dpfedpne",
+        clients=CLIENTS,
+        budget=BUDGET,
+        heterogeneity="offset",
+        params={"epsilon": EPSILON, "privacy_delta": PRIVACY_DELTA, "composition": composition},
+        run=run,
+        privacy=privacy or {},
     )
 
 

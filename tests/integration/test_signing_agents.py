@@ -13,6 +13,7 @@ import sqlite3
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 from prometheus_client import generate_latest
 
 from fedxab.agents.client import ClientAgent
@@ -21,7 +22,6 @@ from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpackb
 from fedxab.broker.memory import MemoryBroker
-from fedxab.config import config_from_dict
 from fedxab.errors import FedxabError
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.security.agents import key_env_var, signing_on
@@ -39,21 +39,14 @@ SEED = 3
 
 
 def _config(keys_dir=None, *, algorithm="fedpne", clients=6, budget=3000, sign=None, **extra):
-    data = {
-        "run": {"budget": budget},
-        "objective": {"name": "garland"},
-        "algorithm": {"name": algorithm, **extra.pop("params", {})},
-        "federation": {"clients": clients, "heterogeneity": "offset"},
-        **extra,
-    }
     security = {}
     if keys_dir is not None:
         security = {"keys_dir": str(keys_dir), "sign": True}
     if sign is not None:
         security["sign"] = sign
     if security:
-        data["security"] = security
-    return config_from_dict(data)
+        extra["security"] = security
+    return sim_config(algorithm, clients=clients, budget=budget, heterogeneity="offset", **extra)
 
 
 def _without_time(record) -> dict:

@@ -11,12 +11,12 @@ import multiprocessing
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 from fts_settings import CHEAP_FTS
 
 from fedxab.agents import workers as workers_module
 from fedxab.agents.federation import Federation
 from fedxab.agents.workers import ClientWorkers, WorkerError
-from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError
 
 SEED = 3
@@ -37,14 +37,16 @@ def _config(
     algorithm="fedpne", heterogeneity="offset", clients=5, budget=300, workers=1, params=None,
     **sections,
 ):  # fmt: skip
-    data = {
-        "run": {"budget": budget, "workers": workers},
-        "objective": {"name": "garland"},
-        "algorithm": {"name": algorithm, **(params or {})},
-        "federation": {"clients": clients, "heterogeneity": heterogeneity},
+    run = {"workers": workers, **sections.pop("run", {})}
+    return sim_config(
+        algorithm,
+        clients=clients,
+        budget=budget,
+        heterogeneity=heterogeneity,
+        params=params,
+        run=run,
         **sections,
-    }
-    return config_from_dict(data)
+    )
 
 
 def _record(config, **kwargs) -> dict:

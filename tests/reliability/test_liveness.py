@@ -9,26 +9,18 @@ import logging
 import re
 
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.memory import MemoryBroker
-from fedxab.config import config_from_dict
 from fedxab.errors import FedxabError
 from fedxab.run.identity import run_id_for
 from fedxab.security.keys import generate_keys, load_key
 
 
 def _config(**sections):
-    return config_from_dict(
-        {
-            "run": {"budget": 300},
-            "objective": {"name": "garland"},
-            "algorithm": {"name": "fedpne"},
-            "federation": {"clients": 4},
-            **sections,
-        }
-    )
+    return sim_config(clients=4, budget=300, **sections)
 
 
 def test_the_server_names_the_clients_a_phase_waits_for(caplog):

@@ -8,9 +8,9 @@ import os
 import stat
 
 import pytest
+from config_factory import sim_config
 
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpackb
-from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError, FedxabError
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.privacy.mirror import release_record
@@ -39,13 +39,7 @@ EVENT = PrivacyEvent("gaussian", 1.5, 0.2, 1.0, 1)
 def _config(keys_dir=None, clients: int = N, **security) -> object:
     if keys_dir is not None:
         security["keys_dir"] = str(keys_dir)
-    return config_from_dict(
-        {
-            "algorithm": {"name": "fedpne"},
-            "federation": {"clients": clients},
-            "security": {"sign": True, **security},
-        }
-    )
+    return sim_config(clients=clients, security={"sign": True, **security})
 
 
 @pytest.fixture(scope="module")

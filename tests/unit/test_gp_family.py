@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.federation import Federation
 from fedxab.config import config_from_dict
@@ -214,17 +215,17 @@ def test_bad_family_arguments_name_the_field(kwargs, field):
 
 # ------------------------------------------------------------------------------ configuration
 def _config(heterogeneity="gp-perturbed", objective=None, **federation):
-    return config_from_dict(
-        {
-            "run": {"seed": 0, "budget": 40},
-            "objective": {
-                "name": "gp-grid",
-                **(objective or {}),
-                "noise": {"name": "gaussian", "sigma": 0.1},  # variance 0.01 (§6)
-            },
-            "algorithm": {"name": "fedpne"},
-            "federation": {"clients": 3, "heterogeneity": heterogeneity, **federation},
-        }
+    return sim_config(
+        clients=3,
+        budget=40,
+        objective={
+            "name": "gp-grid",
+            **(objective or {}),
+            "noise": {"name": "gaussian", "sigma": 0.1},  # variance 0.01 (§6)
+        },
+        heterogeneity=heterogeneity,
+        run={"seed": 0},
+        federation=federation,
     )
 
 

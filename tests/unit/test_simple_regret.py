@@ -9,11 +9,11 @@ import logging
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.distributed import run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.broker.memory import MemoryBroker
-from fedxab.config import config_from_dict
 from fedxab.results import RunRecord, RunResults, summarize
 from fedxab.run.evaluation import RegretSums, Telemetry
 
@@ -97,14 +97,14 @@ def test_telemetry_arriving_after_a_later_phase_was_flushed_drops_the_curves(cap
 
 # ------------------------------------------------------------------- against a real runner
 def _config(name="fedpne", heterogeneity="shift", budget=400, clients=3, params=None, **extra):
-    return config_from_dict(
-        {
-            "run": {"budget": budget},
-            "objective": {"name": "himmelblau"},
-            "algorithm": {"name": name, **(params or {})},
-            "federation": {"clients": clients, "heterogeneity": heterogeneity},
-            **extra,
-        }
+    return sim_config(
+        name,
+        clients=clients,
+        budget=budget,
+        objective="himmelblau",
+        heterogeneity=heterogeneity,
+        params=params,
+        **extra,
     )
 
 
