@@ -1,10 +1,11 @@
 """A client's release gate: the ledger check before a release and the record that goes with it.
 
 fedxab's privacy model: **before** a release, the client checks that it keeps it within its budget
-(:meth:`~fedxab.privacy.ledger.PrivacyLedger.check_release`, which raises
-:class:`~fedxab.privacy.release.PrivacyBudgetExceeded`); the release is recorded in the ledger
-before the released value leaves the client, so a crash after the record over-counts (safe) and
-never under-counts. The algorithm client (sans-I/O) only sees the two calls of
+and records it, in one write transaction (:meth:`~fedxab.privacy.ledger.PrivacyLedger.reserve`,
+which raises :class:`~fedxab.privacy.release.PrivacyBudgetExceeded`), so the release is recorded
+before the released value leaves the client: a crash after the record over-counts (safe) and
+never under-counts, and two processes on one ledger cannot both pass the check on the same
+remainder. The algorithm client (sans-I/O) only sees the two calls of
 :class:`~fedxab.privacy.release.ReleaseGate`; the runner or the client agent gives it a
 :class:`LedgerGate`.
 
@@ -30,13 +31,15 @@ class LedgerGate:
         self.outbox: list[tuple[int, PrivacyEvent]] = []
 
     def admit(self, phase: int, event: PrivacyEvent) -> None:
-        """Allow ``event`` if it fits the budget, or if this very release is already recorded
+        """Allow ``event`` if it fits the budget, recording it in the same write transaction
+        (:meth:`~fedxab.privacy.ledger.PrivacyLedger.reserve`: processes sharing the ledger
+        cannot both spend the last of a budget), or if this very release is already recorded
         (a replayed or re-run phase releases the same seeded values again: nothing new)."""
-        if self.ledger.recorded(self.run, self.client, phase) == event:
-            return
-        self.ledger.check_release(self.run, self.client, event)
+        self.ledger.reserve(self.run, self.client, phase, event)
 
     def record(self, phase: int, event: PrivacyEvent) -> None:
+        """The release of ``event``, before it is sent: already recorded by :meth:`admit`
+        (recording it again changes nothing; another event under its key is refused)."""
         self.ledger.record(self.run, self.client, phase, event)
         self.outbox.append((phase, event))  # mirrored even if already recorded (a re-run)
 

@@ -53,10 +53,13 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from fedxab.errors import ConfigError, FedxabError
 from fedxab.privacy.accountants import (
@@ -72,10 +75,25 @@ from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
 
-SCHEMA = "fedxab.ledger/3"
-_MIGRATES_FROM = "fedxab.ledger/2"
-"""A ledger of this schema is upgraded in place (:meth:`PrivacyLedger._upgrade`): version 3
-adds ``events.evidence`` and the tables ``owners`` and ``lifetime_budgets``."""
+SCHEMA = "fedxab.ledger/4"
+_UPGRADES = {
+    "fedxab.ledger/2": "ALTER TABLE events ADD COLUMN evidence BLOB",
+    "fedxab.ledger/3": "",
+}
+"""Ledgers of these schemas are upgraded in place (:meth:`PrivacyLedger._check_or_create`), by
+the statement given and then the tables added since: version 3 added ``events.evidence`` and
+the tables ``owners`` and ``lifetime_budgets``, version 4 the table ``runs`` (each run's delta
+and accountant)."""
+
+MAX_KEY = 2**63 - 1
+"""The largest client, phase or release index a ledger records (SQLite's integers are signed
+64-bit): a larger one is a refused record, never written."""
+MAX_RUN_ID = 200
+"""The longest run id (characters) a ledger records."""
+LOCK_WAIT_S = 60.0
+"""How long a process waits for another one's write transaction on the same ledger (a budget
+check with its accounting, or the creation of the file) before it gives up, added to the
+accountant's time limit (which such a transaction may include)."""
 
 _LIFETIME_TABLES = """
 CREATE TABLE IF NOT EXISTS owners (
@@ -85,6 +103,10 @@ CREATE TABLE IF NOT EXISTS owners (
 CREATE INDEX IF NOT EXISTS owners_by_owner ON owners (owner);
 CREATE TABLE IF NOT EXISTS lifetime_budgets (
     owner TEXT PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run TEXT PRIMARY KEY, delta REAL NOT NULL, accountant TEXT NOT NULL,
+    recorded_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
 """
 
@@ -120,6 +142,8 @@ END;
 )
 
 _EVENT_COLUMNS = "mechanism, noise_multiplier, sampling_rate, sensitivity, count, scope"
+_KIND_COLUMNS = "mechanism, noise_multiplier, sampling_rate, sensitivity, scope"
+"""An event's kind: the columns whose events compose by summing their counts."""
 
 History = tuple[PrivacyEvent, ...]
 
@@ -140,6 +164,12 @@ class Budget:
         check_positive("privacy.delta", self.delta, upper=1.0)
 
 
+def _kind_event(row: tuple) -> PrivacyEvent:
+    """The event of a ``SELECT {_KIND_COLUMNS}, SUM(count)`` row."""
+    mechanism, z, q, sensitivity, scope, count = row
+    return PrivacyEvent(mechanism, z, q, sensitivity, count, scope)
+
+
 def canonical(events: Iterable[PrivacyEvent]) -> History:
     """``events`` as one event per kind (mechanism, noise multiplier, sampling rate, sensitivity,
     scope) with the counts summed, sorted: the same for every history with the same accounting
@@ -153,6 +183,66 @@ def canonical(events: Iterable[PrivacyEvent]) -> History:
         PrivacyEvent(m, z, q, s, count, scope)
         for (m, z, q, s, scope), count in sorted(counts.items())
     )
+
+
+def _index(field: str, value: object) -> int:
+    """``value`` if it is an integer a ledger can record (0 to :data:`MAX_KEY`), else a
+    :class:`~fedxab.errors.ConfigError` naming ``field``: checked before it touches SQLite."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(field, f"must be an integer, got {value!r:.80}; the record is refused")
+    if not 0 <= int(value) <= MAX_KEY:
+        raise ConfigError(
+            field, f"must lie in [0, 2^63 - 1], got {int(value)}; the record is refused"
+        )
+    return int(value)
+
+
+def _key(run: object, client: object, phase: object, release: object) -> tuple[str, int, int, int]:
+    """A release's key ``(run, client, phase, release)``, range-checked (:func:`_index`)."""
+    if not isinstance(run, str) or not 0 < len(run) <= MAX_RUN_ID:
+        raise ConfigError(
+            "record.run", f"must be a run id of 1 to {MAX_RUN_ID} characters, got {run!r:.80}"
+        )
+    return (
+        run,
+        _index("record.client", client),
+        _index("record.phase", phase),
+        _index("record.release", release),
+    )
+
+
+def _values(event: PrivacyEvent) -> tuple[str, float, float, float, int, str]:
+    """``event``'s columns, after :func:`~fedxab.privacy.accountants.check_event` and a check
+    of what it leaves to the ledger (a finite sensitivity > 0, a text scope)."""
+    check_event(event)
+    sensitivity = check_positive("event.sensitivity", event.sensitivity)
+    if not isinstance(event.scope, str) or len(event.scope) > MAX_RUN_ID:
+        raise ConfigError(
+            "event.scope",
+            f"must be text of at most {MAX_RUN_ID} characters, got {event.scope!r:.80}",
+        )
+    return (
+        event.mechanism,
+        float(event.noise_multiplier),
+        float(event.sampling_rate),
+        sensitivity,
+        int(event.count),
+        event.scope,
+    )
+
+
+def _execute_script(db: sqlite3.Connection, script: str) -> None:
+    """Execute the statements of ``script`` one by one, inside the caller's transaction
+    (``executescript`` would commit it first)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            if statement.strip(" \n;"):
+                db.execute(statement)
+            statement = ""
+    if statement.strip(" \n;"):
+        db.execute(statement)
 
 
 def _no_budget(run: str, clients: list[int]) -> ConfigError:
@@ -177,6 +267,7 @@ class PrivacyLedger:
     ) -> None:
         self.path = str(path)
         self.accountant = make_accountant(accountant, timeout_s=accountant_timeout_s)
+        self.accountant_timeout_s = float(accountant_timeout_s)
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise LedgerError(f"ledger {self.path} is a directory, expected a SQLite file")
@@ -188,7 +279,12 @@ class PrivacyLedger:
         try:
             # A client agent answers in an executor thread; SQLite here is serialized
             # (sqlite3.threadsafety == 3), and the agent never uses the ledger concurrently.
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=LOCK_WAIT_S + self.accountant_timeout_s,
+            )
             self._check_or_create()
         except sqlite3.DatabaseError as exc:
             raise LedgerError(
@@ -197,34 +293,49 @@ class PrivacyLedger:
             ) from exc
 
     def _check_or_create(self) -> None:
+        """Check the file is a ledger of a known schema, creating or upgrading it, in one write
+        transaction: processes that open a new ledger at once create it once, and each finds it
+        complete. A file that is not a ledger is left untouched."""
         db = self._db
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "meta" not in tables:
-            raise LedgerError(f"{self.path} is a SQLite database but not a fedxab privacy ledger")
-        schema = None
-        if tables:
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            schema = row and row[0]
-            if schema not in (SCHEMA, _MIGRATES_FROM):
+        with self.transaction():
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "meta" not in tables:
                 raise LedgerError(
-                    f"{self.path}: unknown ledger schema {schema!r}; this fedxab reads "
-                    f"{SCHEMA} (and upgrades {_MIGRATES_FROM})"
+                    f"{self.path} is a SQLite database but not a fedxab privacy ledger"
                 )
-        db.execute("PRAGMA journal_mode=WAL")
+            schema = None
+            if tables:
+                row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                schema = row and row[0]
+                if schema != SCHEMA and schema not in _UPGRADES:
+                    raise LedgerError(
+                        f"{self.path}: unknown ledger schema {schema!r}; this fedxab reads "
+                        f"{SCHEMA} (and upgrades {', '.join(_UPGRADES)})"
+                    )
+            if not tables:
+                _execute_script(db, _TABLES)
+                db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
+            elif schema != SCHEMA:
+                # releases keep their rows (an upgraded /2 row has no evidence, no data owner:
+                # it counts towards no lifetime budget)
+                _execute_script(db, f"{_UPGRADES[schema]};{_LIFETIME_TABLES}")
+                db.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA,))
+        self._write_ahead_log()
         db.execute("PRAGMA synchronous=FULL")
-        if not tables:
-            db.executescript(f"BEGIN; {_TABLES} COMMIT;")
-            db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
-        elif schema == _MIGRATES_FROM:
-            self._upgrade()
 
-    def _upgrade(self) -> None:
-        """Upgrade a ``fedxab.ledger/2`` file to this schema in one transaction: its releases
-        keep their rows (no evidence, no data owner: they count towards no lifetime budget)."""
-        self._db.executescript(
-            "BEGIN; ALTER TABLE events ADD COLUMN evidence BLOB; "
-            f"{_LIFETIME_TABLES} UPDATE meta SET value='{SCHEMA}' WHERE key='schema'; COMMIT;"
-        )
+    def _write_ahead_log(self) -> None:
+        """Switch the file to WAL mode (kept in the file), trying again while another process
+        holds it: SQLite answers that switch "database is locked" at once, without waiting,
+        when processes open a new ledger together."""
+        deadline = time.monotonic() + LOCK_WAIT_S + self.accountant_timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
 
     def close(self) -> None:
         self._db.close()
@@ -256,16 +367,8 @@ class PrivacyLedger:
         :class:`~fedxab.errors.ConfigError` (naming the field) for an event no accountant can
         account.
         """
-        check_event(event)
-        key = (run, int(client), int(phase), int(release))
-        values = (
-            event.mechanism,
-            float(event.noise_multiplier),
-            float(event.sampling_rate),
-            float(event.sensitivity),
-            int(event.count),
-            event.scope,
-        )
+        key = _key(run, client, phase, release)
+        values = _values(event)
         cursor = self._db.execute(
             f"INSERT OR IGNORE INTO events (run, client, phase, release, {_EVENT_COLUMNS}, "
             "evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -307,7 +410,12 @@ class PrivacyLedger:
         """One transaction around the writes in the block: committed (one sync to disk) when
         the block ends, rolled back if it raises. A statement that raises inside the block
         (a refused record the caller catches) writes nothing, and the rest still commits. For
-        bulk writes: each write outside a transaction is its own, synced to disk."""
+        bulk writes: each write outside a transaction is its own, synced to disk. Taken at
+        its start (``BEGIN IMMEDIATE``), so what the block reads no other process changes
+        before it commits. Inside another transaction, the block is part of it."""
+        if self._db.in_transaction:
+            yield
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -320,7 +428,7 @@ class PrivacyLedger:
         """Set (or replace) a client's budget for a run."""
         self._db.execute(
             "INSERT OR REPLACE INTO budgets VALUES (?, ?, ?, ?)",
-            (run, int(client), budget.epsilon, budget.delta),
+            (*_key(run, client, 0, 0)[:2], budget.epsilon, budget.delta),
         )
 
     def set_owner(self, run: str, client: int, owner: str, objective: str) -> None:
@@ -334,7 +442,7 @@ class PrivacyLedger:
         or objective setting under that id would release new values charged as nothing."""
         if not isinstance(owner, str) or not owner:
             raise ConfigError("privacy.data_set", f"a data owner must be named, got {owner!r}")
-        key = (run, int(client))
+        key = _key(run, client, 0, 0)[:2]
         self._db.execute(
             "INSERT OR IGNORE INTO owners VALUES (?, ?, ?, ?)", (*key, owner, objective)
         )
@@ -348,6 +456,30 @@ class PrivacyLedger:
                 f"{owner!r} on {objective}: its releases would be taken for replays and never "
                 "charged. Run another seed (a new run id), or use another ledger"
             )
+
+    def set_run(self, run: str, delta: float, accountant: str) -> None:
+        """Record the delta ``run`` is accounted at and the accountant its budgets used, so that
+        an audit needs neither. A run is recorded once: another delta or accountant for the
+        same run id raises :class:`LedgerError`."""
+        delta = Budget(1.0, delta).delta
+        key = _key(run, 0, 0, 0)[0]
+        self._db.execute(
+            "INSERT OR IGNORE INTO runs (run, delta, accountant) VALUES (?, ?, ?)",
+            (key, delta, accountant),
+        )
+        stored = self.run_settings(run)
+        if stored != (delta, accountant):
+            raise LedgerError(
+                f"run {run} is recorded in this ledger at delta {stored[0]:g} with the "
+                f"{stored[1]!r} accountant; refusing delta {delta:g} with {accountant!r}. Run "
+                "another seed (a new run id), or use another ledger"
+            )
+
+    def run_settings(self, run: str) -> tuple[float, str] | None:
+        """``(delta, accountant)`` recorded for ``run`` (:meth:`set_run`), or None (a run
+        recorded by an older fedxab, or rebuilt from a ledger topic that does not carry them)."""
+        row = self._db.execute("SELECT delta, accountant FROM runs WHERE run=?", (run,)).fetchone()
+        return None if row is None else (float(row[0]), str(row[1]))
 
     def set_lifetime_budget(self, owner: str, budget: Budget) -> None:
         """Set (or replace) data owner ``owner``'s lifetime budget, which every run charges."""
@@ -403,20 +535,80 @@ class PrivacyLedger:
         row = self._db.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE run=? AND client=? AND phase=? "
             "AND release=?",
-            (run, int(client), int(phase), int(release)),
+            _key(run, client, phase, release),
         ).fetchone()
         return None if row is None else PrivacyEvent(*row)
 
-    def _histories(self, run: str, client: int | None = None) -> dict[int, History]:
-        """The canonical history of every client of ``run`` with a release (or of ``client``
-        only), from the ``totals`` table in one query."""
-        where, args = ("run=?", (run,)) if client is None else ("run=? AND client=?", (run, client))
+    def _histories(self, run: str) -> dict[int, History]:
+        """The canonical history of every client of ``run`` with a release, from the ``totals``
+        view in one query: for accounting a whole run at once (:meth:`epsilons`; checked
+        against the events by :meth:`check_totals`). A budget check reads the events."""
         events: dict[int, list[PrivacyEvent]] = defaultdict(list)
         for c, *values in self._db.execute(
-            f"SELECT client, {_EVENT_COLUMNS} FROM totals WHERE {where}", args
+            f"SELECT client, {_EVENT_COLUMNS} FROM totals WHERE run=?", (run,)
         ):
             events[c].append(PrivacyEvent(*values))
         return {c: canonical(e) for c, e in events.items()}
+
+    def client_history(self, run: str, client: int) -> History:
+        """The canonical history of ``client`` in ``run``, summed from its events (one query
+        over its rows of ``events``, never the ``totals`` view)."""
+        rows = self._db.execute(
+            f"SELECT {_KIND_COLUMNS}, SUM(count) FROM events WHERE run=? AND client=? "
+            f"GROUP BY {_KIND_COLUMNS}",
+            (run, int(client)),
+        )
+        return canonical(_kind_event(r) for r in rows)
+
+    def check_totals(self, run: str | None = None) -> list[str]:
+        """Where the ``totals`` view disagrees with the events (of ``run``, or of every run):
+        one line per (run, client) whose summed counts differ, empty if none does. A ``totals``
+        row must equal the summed counts of its kind's events, and each (run, client)'s
+        ``totals`` must sum to its events' counts (so no kind is missing)."""
+        where, args = ("WHERE run=?", (run,)) if run is not None else ("", ())
+        kind = " AND ".join(f"e.{c}=t.{c}" for c in _KIND_COLUMNS.split(", "))
+        differ = self._db.execute(
+            f"SELECT t.run, t.client FROM totals t {where.replace('run', 't.run')} "
+            f"{'AND' if where else 'WHERE'} t.count IS NOT (SELECT SUM(e.count) FROM events e "
+            f"WHERE e.run=t.run AND e.client=t.client AND {kind})",
+            args,
+        ).fetchall()
+        sums = self._db.execute(
+            f"SELECT run, client, SUM(count) FROM events {where} GROUP BY run, client "
+            f"EXCEPT SELECT run, client, SUM(count) FROM totals {where} GROUP BY run, client",
+            args * 2,
+        ).fetchall()
+        bad = sorted({(r, c) for r, c in differ} | {(r, c) for r, c, _ in sums})
+        return [
+            f"run {r}, client {c}: the totals table says {self._total(r, c)} release(s), "
+            f"the events {self._event_count(r, c)}"
+            for r, c in bad
+        ]
+
+    def _total(self, run: str, client: int) -> int:
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(count), 0) FROM totals WHERE run=? AND client=?", (run, client)
+        ).fetchone()
+        return int(row[0])
+
+    def _event_count(self, run: str, client: int) -> int:
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(count), 0) FROM events WHERE run=? AND client=?", (run, client)
+        ).fetchone()
+        return int(row[0])
+
+    def verify_totals(self, run: str | None = None) -> None:
+        """Raise :class:`LedgerError` naming the ``totals`` table if it disagrees with the
+        events (:meth:`check_totals`): derived data was edited, and nothing accounted from it
+        can be trusted."""
+        bad = self.check_totals(run)
+        if bad:
+            shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise LedgerError(
+                f"{self.path}: the totals table disagrees with the events ({shown}): it was "
+                "edited; budget checks read the events, but this ledger's summaries cannot be "
+                "trusted"
+            )
 
     def budget(self, run: str, client: int) -> Budget | None:
         row = self._db.execute(
@@ -460,14 +652,17 @@ class PrivacyLedger:
             if budget is None:
                 raise _no_budget(run, [client])
             delta = budget.delta
-        return self.accountant.epsilon(self._histories(run, client).get(client, ()), delta)
+        return self.accountant.epsilon(self.client_history(run, client), delta)
 
     def deltas(self, run: str, delta: float | None = None) -> dict[int, float]:
         """The delta each client of ``run`` is accounted at: ``delta`` for every client if
-        given, else the delta of each client's budget (clients without one are left out)."""
+        given, else the delta of each client's budget, else the run's (:meth:`set_run`;
+        clients with none of them are left out)."""
         if delta is not None:
             return dict.fromkeys(self.clients(run), delta)
-        return {client: budget.delta for client, budget in self.budgets(run).items()}
+        settings = self.run_settings(run)
+        at = {} if settings is None else dict.fromkeys(self.clients(run), settings[0])
+        return at | {client: budget.delta for client, budget in self.budgets(run).items()}
 
     def spent_all(self, run: str, delta: float | None = None) -> dict[int, float]:
         """:meth:`spent` of every client of ``run`` (those with a release or a budget), by
@@ -521,15 +716,17 @@ class PrivacyLedger:
         return None if row is None else Budget(*row)
 
     def owner_history(self, owner: str) -> History:
-        """The canonical history of every release of ``owner``, over all its runs (one query
-        of ``totals``): events of one scope compose across runs, since a scope names the part
-        of the owner's data a release reads (module docstring)."""
+        """The canonical history of every release of ``owner``, over all its runs, summed from
+        the events (one query): events of one scope compose across runs, since a scope names
+        the part of the owner's data a release reads (module docstring)."""
+        kind = ", ".join("e." + c for c in _KIND_COLUMNS.split(", "))
         rows = self._db.execute(
-            f"SELECT {', '.join('t.' + c for c in _EVENT_COLUMNS.split(', '))} FROM totals t "
-            "JOIN owners o ON t.run = o.run AND t.client = o.client WHERE o.owner=?",
+            f"SELECT {kind}, SUM(e.count) FROM events e "
+            "JOIN owners o ON e.run = o.run AND e.client = o.client WHERE o.owner=? "
+            f"GROUP BY {kind}",
             (owner,),
         )
-        return canonical(PrivacyEvent(*r) for r in rows)
+        return canonical(_kind_event(r) for r in rows)
 
     def lifetime_spent(
         self, owner: str, delta: float | None = None, accountant: Accountant | None = None
@@ -559,7 +756,7 @@ class PrivacyLedger:
         check_event(event)
         after = None
         if budget is not None:
-            history = self._histories(run, client).get(client, ())
+            history = self.client_history(run, client)
             after = self.accountant.epsilon(canonical([*history, event]), budget.delta)
             if after > budget.epsilon:
                 raise PrivacyBudgetExceeded(
@@ -571,6 +768,23 @@ class PrivacyLedger:
             assert owner is not None
             self._check_lifetime(owner, lifetime, run, client, event)
         return after
+
+    def reserve(
+        self, run: str, client: int, phase: int, event: PrivacyEvent, release: int = 0
+    ) -> bool:
+        """Check and record a release in one write transaction: the client's (and its data
+        owner's) events are read again, the budgets checked (:meth:`check_release`, which
+        raises :class:`PrivacyBudgetExceeded`) and the release recorded, with no other process
+        writing in between, so processes that share a ledger can never overspend a budget
+        together. ``False`` if this very release was already recorded (a replayed phase
+        releases the same seeded values: nothing new is charged)."""
+        key = _key(run, client, phase, release)
+        _values(event)
+        with self.transaction():
+            if self.recorded(*key) == event:
+                return False
+            self.check_release(run, key[1], event)
+            return self.record(*key[:3], event, key[3])
 
     def _check_lifetime(
         self, owner: str, lifetime: Budget, run: str, client: int, event: PrivacyEvent

@@ -13,6 +13,7 @@ import pytest
 from fedxab.errors import ConfigError
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import (
+    SCHEMA,
     Budget,
     LedgerError,
     PrivacyBudgetExceeded,
@@ -292,7 +293,7 @@ def test_a_ledger_of_schema_2_is_upgraded_in_place_keeping_its_releases(tmp_path
         assert ledger.owners() == []  # upgraded releases name no data owner
         assert ledger.record("new", 0, 1, EVENT, evidence=b"signed") is True
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta").fetchone() == ("fedxab.ledger/3",)
+        assert db.execute("SELECT value FROM meta").fetchone() == (SCHEMA,)
 
 
 def test_evidence_is_kept_and_attached_once_never_replaced(tmp_path):
@@ -327,3 +328,164 @@ def test_a_data_owner_is_charged_across_runs_and_refused_over_its_lifetime_budge
     assert ledger.owner_runs("client-0/d") == [("a", 0), ("b", 0)]
     with pytest.raises(LedgerError, match="would be taken for replays"):
         ledger.set_owner("a", 0, "client-0/d", "objective-y")
+
+
+# --- a ledger that holds: concurrent processes, edited derived data, out-of-range records -------
+
+HAMMER = """
+import os, sys, time
+from pathlib import Path
+from fedxab.privacy.mechanisms import PrivacyEvent
+from fedxab.privacy.ledger import Budget, PrivacyBudgetExceeded, PrivacyLedger
+from fedxab.privacy.gate import LedgerGate
+directory, me = Path(sys.argv[1]), sys.argv[2]
+trials, lifetime = int(sys.argv[3]), float(sys.argv[4])
+event = PrivacyEvent("gaussian", 1.2, 0.25, 1.0, 1)
+for trial in range(trials):
+    (directory / f"ready-{trial}-{me}").touch()  # a barrier: both processes start together
+    while len(list(directory.glob(f"ready-{trial}-*"))) < 2:
+        time.sleep(0.001)
+    ledger = PrivacyLedger(directory / f"ledger-{trial}.db")
+    run = f"run-{me}"  # each process is its own run of the same data owner
+    ledger.set_owner(run, 0, "client-0/d", "objective-x")
+    ledger.set_lifetime_budget("client-0/d", Budget(lifetime, 1e-5))
+    gate = LedgerGate(ledger, run, 0)
+    for phase in range(1, 100):
+        try:
+            gate.admit(phase, event)
+        except PrivacyBudgetExceeded:
+            break
+        time.sleep(0.002)  # the evaluations between the check and the record
+        gate.record(phase, event)
+    ledger.close()
+"""
+
+
+@pytest.mark.slow  # about 15 s on 2 cores
+def test_two_processes_on_one_lifetime_ledger_never_overspend(tmp_path):
+    """20 trials, two processes each: every trial stops at exactly the k releases that fit."""
+    rdp, k, trials = make_accountant("rdp"), 5, 20
+    lifetime = sum(rdp.epsilon([EVENT] * n, 1e-5) for n in (k, k + 1)) / 2
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", HAMMER, str(tmp_path), me, str(trials), repr(lifetime)]
+        )
+        for me in ("a", "b")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    for trial in range(trials):
+        with PrivacyLedger(tmp_path / f"ledger-{trial}.db") as ledger:
+            assert len(ledger.events("run-a", 0)) + len(ledger.events("run-b", 0)) == k, trial
+            assert ledger.lifetime_spent("client-0/d") <= lifetime
+
+
+CREATOR = """
+import sys, time
+from pathlib import Path
+from fedxab.privacy.ledger import PrivacyLedger
+directory, me, trials = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+failed = 0
+for trial in range(trials):
+    (directory / f"ready-{trial}-{me}").touch()
+    while len(list(directory.glob(f"ready-{trial}-*"))) < 4:
+        time.sleep(0.0005)
+    try:
+        with PrivacyLedger(directory / f"new-{trial}.db") as ledger:
+            ledger.record(f"run-{me}", 0, 1, ledger_event := __import__(
+                "fedxab.privacy.mechanisms", fromlist=["PrivacyEvent"]
+            ).PrivacyEvent("gaussian", 1.2, 0.25, 1.0, 1))
+    except Exception as exc:
+        failed += 1
+        print(f"trial {trial}: {exc}", file=sys.stderr)
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.slow  # about 9 s on 2 cores
+def test_four_processes_creating_one_ledger_all_succeed(tmp_path):
+    """50 trials: four processes open the same new ledger at once; each one opens it and
+    records, none sees it half created."""
+    trials = 50
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CREATOR, str(tmp_path), str(me), str(trials)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me in range(4)
+    ]
+    outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    assert all(code == 0 for code, _ in outcomes), [err for _, err in outcomes]
+    for trial in range(trials):
+        with PrivacyLedger(tmp_path / f"new-{trial}.db") as ledger:
+            assert ledger.runs() == [f"run-{me}" for me in range(4)]
+
+
+def test_an_edited_totals_table_is_detected_and_cannot_cause_overspending(tmp_path):
+    path = tmp_path / "l.db"
+    rdp = make_accountant("rdp")
+    budget = Budget(sum(rdp.epsilon([EVENT] * n, 1e-5) for n in (3, 4)) / 2, 1e-5)  # 3 fit
+    with PrivacyLedger(path) as ledger:
+        ledger.set_budget("r", 0, budget)
+        ledger.set_owner("r", 0, "client-0/d", "objective-x")
+        ledger.set_lifetime_budget("client-0/d", budget)
+        for phase in (1, 2, 3):
+            assert ledger.reserve("r", 0, phase, EVENT)
+        assert ledger.check_totals() == []
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM totals")
+    with PrivacyLedger(path) as ledger:
+        assert ledger.check_totals() == [
+            "run r, client 0: the totals table says 0 release(s), the events 3"
+        ]
+        with pytest.raises(LedgerError, match="the totals table disagrees with the events"):
+            ledger.verify_totals()
+        with pytest.raises(PrivacyBudgetExceeded):  # the budget checks read the events
+            ledger.reserve("r", 0, 4, EVENT)
+        assert ledger.spent("r", 0) == rdp.epsilon([EVENT] * 3, 1e-5)
+        assert ledger.lifetime_spent("client-0/d") == rdp.epsilon([EVENT] * 3, 1e-5)
+    with sqlite3.connect(path) as db:  # a count lowered, another kind added
+        db.execute("INSERT INTO totals VALUES ('r', 0, 'gaussian', 1.2, 0.25, 1.0, '', 1)")
+        db.execute("INSERT INTO totals VALUES ('r', 1, 'gaussian', 9.0, 0.25, 1.0, '', 1)")
+    with PrivacyLedger(path) as ledger:
+        assert [line.split(":")[0] for line in ledger.check_totals()] == [
+            "run r, client 0",
+            "run r, client 1",
+        ]
+
+
+@pytest.mark.parametrize(
+    ("key", "field"),
+    [
+        ({"release": 2**63}, "record.release"),
+        ({"phase": 2**64}, "record.phase"),
+        ({"client": -1}, "record.client"),
+        ({"phase": 1.5}, "record.phase"),
+        ({"run": ""}, "record.run"),
+    ],
+)
+def test_an_out_of_range_record_is_refused_before_it_touches_sqlite(tmp_path, key, field):
+    path = tmp_path / "l.db"
+    with PrivacyLedger(path) as ledger:
+        ledger.record("r", 0, 1, EVENT)
+        args = {"run": "r", "client": 0, "phase": 2, "release": 0} | key
+        with pytest.raises(ConfigError, match="the record is refused|run id") as refused:
+            ledger.record(args["run"], args["client"], args["phase"], EVENT, args["release"])
+        assert refused.value.field == field
+        with pytest.raises(ConfigError):
+            ledger.reserve(args["run"], args["client"], args["phase"], EVENT, args["release"])
+        assert ledger.evidence() is not None and len(list(ledger.evidence())) == 1
+    with PrivacyLedger(path) as ledger:  # the file is whole
+        assert ledger.events("r", 0) == [EVENT]
+
+
+def test_a_run_records_its_delta_and_accountant_once(tmp_path):
+    with PrivacyLedger(tmp_path / "l.db") as ledger:
+        ledger.set_run("r", 1e-3, "moments")
+        ledger.set_run("r", 1e-3, "moments")  # the same again: nothing new
+        ledger.record("r", 0, 1, EVENT)
+        assert ledger.run_settings("r") == (1e-3, "moments")
+        assert ledger.run_settings("other") is None
+        assert ledger.deltas("r") == {0: 1e-3}  # no budget: the run's delta
+        with pytest.raises(LedgerError, match="refusing delta 1e-05"):
+            ledger.set_run("r", 1e-5, "moments")
