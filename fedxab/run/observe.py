@@ -105,9 +105,21 @@ class RunObserver:
     """The least time between two :meth:`on_privacy` updates a runner should send during a run
     (recomputing epsilon asks the accountant); never, here."""
 
-    def start_run(self, **info: Any) -> None:
-        """A run starts: ``run_id``, ``algorithm``, ``objective``, ``transport``, ``clients``,
-        ``budget``, ``regret_known``, ``local_regret_known``."""
+    def start_run(
+        self,
+        *,
+        run_id: str,
+        algorithm: str,
+        objective: str,
+        transport: str,
+        clients: int,
+        budget: int,
+        regret_known: bool = True,
+        local_regret_known: bool = True,
+    ) -> None:
+        """A run starts: ``run_id`` of ``algorithm`` on ``objective``, seen over ``transport``
+        for ``clients`` clients of ``budget`` evaluations; whether its global and local regret
+        can be computed (the optimum is known)."""
 
     def end_run(self, record: Any | None = None) -> None:
         """The run finished (with its record, where this party has one)."""
@@ -142,9 +154,17 @@ class RunObserver:
     def on_ledger_invalid(self, n: int) -> None:
         """``n`` ledger records refused while rebuilding a ledger."""
 
-    def on_regret(self, **regret: float | None) -> None:
-        """The regret so far (``t``, ``cumulative``, ``local``, ``global_simple``,
-        ``local_simple``; a value left None is unchanged)."""
+    def on_regret(
+        self,
+        *,
+        t: int | None = None,
+        cumulative: float | None = None,
+        local: float | None = None,
+        global_simple: float | None = None,
+        local_simple: float | None = None,
+    ) -> None:
+        """The regret so far at per-client round ``t`` (cumulative, local cumulative, global and
+        local simple regret; a value left None is unchanged)."""
 
     def on_observed(self, best_mean: float | None) -> None:
         """What the view's clients observed so far, no optimum needed: the mean over those that
