@@ -12,8 +12,8 @@ from fedxab.errors import ConfigError
 def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "domain") -> np.ndarray:
     """Validate ``bounds`` and return them as a read-only float array of shape (d, 2).
 
-    Raises :class:`ConfigError` naming ``field`` when the shape is wrong, a bound is not finite, or
-    a lower bound is not strictly below its upper bound.
+    Raises :class:`ConfigError` naming ``field`` when the shape is wrong, a bound is not finite, a
+    lower bound is not strictly below its upper bound, or a width (upper - lower) overflows.
     """
     try:
         arr = np.array(bounds, dtype=float)
@@ -37,6 +37,15 @@ def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "doma
             field,
             f"dimension {j} has lower bound {float(arr[j, 0])} >= upper bound {float(arr[j, 1])}; "
             "give each dimension as [lower, upper] with lower < upper",
+        )
+    with np.errstate(over="ignore"):
+        wide = np.nonzero(~np.isfinite(arr[:, 1] - arr[:, 0]))[0]
+    if wide.size:
+        j = int(wide[0])
+        raise ConfigError(
+            field,
+            f"dimension {j} is [{float(arr[j, 0])}, {float(arr[j, 1])}], whose width overflows "
+            "a float; give bounds less than 1.7e308 apart (rescale the parameter)",
         )
     arr.setflags(write=False)
     return arr

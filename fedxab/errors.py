@@ -43,6 +43,29 @@ class ObjectiveError(FedxabError, ValueError):
     """An objective was given or returned something of the wrong shape, type or value."""
 
 
+class EvaluationError(ObjectiveError):
+    """A client's objective failed while the run evaluated it (it returned a value that is not
+    a finite real number): the run cannot go on. The message is one line naming the client and
+    the point; on a broker the client tells the server, which stops the run with that line
+    (:mod:`fedxab.agents.client`, :mod:`fedxab.agents.server`)."""
+
+    def __init__(self, client: int, message: str) -> None:
+        self.client = client
+        self.message = one_line(message)
+        super().__init__(self.message)
+
+    def __reduce__(self) -> tuple[type[EvaluationError], tuple[int, str]]:
+        """Pickled as its client and message (a worker process raises it in the parent)."""
+        return type(self), (self.client, self.message)
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """``text`` as one line of at most ``limit`` characters (whitespace runs, newlines
+    included, become one space; a longer text is cut and ends with an ellipsis)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "\N{HORIZONTAL ELLIPSIS}"
+
+
 class ProtocolError(FedxabError, ValueError):
     """A message (broadcast, report, envelope) is malformed, from the wrong phase, or unexpected.
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedxab.agents.failures import Aborted, failure_body, failure_text
 from fedxab.agents.lobby import announce_and_watch
 from fedxab.agents.supervise import supervised
 from fedxab.algorithms.protocol import Finished
@@ -53,7 +54,7 @@ from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.broker.codec import SERVER, client_sender, encode_envelope, packb
 from fedxab.config import Config
-from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.errors import ConfigError, EvaluationError, FedxabError, ProtocolError
 from fedxab.privacy.mirror import Owner, budget_record, end_record, release_record
 from fedxab.run.accounting import phase_communication
 from fedxab.run.assembly import Functions, build_run, regret_known
@@ -184,6 +185,8 @@ class ClientAgent:
         env = opened.envelope
         if env.run_id != self.run_id:
             return self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")
+        if env.kind == "abort" and env.sender == SERVER:
+            return self._abort_of(env, opened.session)
         if env.kind != "broadcast" or env.sender != SERVER:
             return self._invalid("wrong_kind", f"{env.kind!r} from {env.sender!r}")
         try:
@@ -198,6 +201,18 @@ class ClientAgent:
         self.session = opened.session
         self._matched.set()  # the server runs this protocol: the lobby has nothing to say
         return msg
+
+    def _abort_of(self, env: Any, session: Any) -> Aborted | None:
+        """The server's abort in ``env``, if it is for this execution: in a signing run of the
+        session of the broadcasts this agent took, and never of a phase before the last one it
+        answered (an earlier execution's abort is refused as a replay)."""
+        try:
+            text = failure_text(env.body())
+        except ProtocolError as exc:
+            return self._invalid("bad_payload", str(exc))
+        if (self.signer is not None and session != self.session) or env.phase < self._sent[0]:
+            return self._invalid("replay", f"an abort of phase {env.phase}: {text}")
+        return Aborted(env.phase, text)
 
     def _check_keys(self) -> None:
         """After a live broadcast was refused: stop with an error naming the key and its
@@ -245,6 +260,8 @@ class ClientAgent:
         for m in self.clients:
             try:
                 report, telemetry, fresh = self.hosted.answer(m, broadcast)
+            except EvaluationError:
+                raise  # the client's objective failed: the run stops (agents.failures)
             except (ProtocolError, FedxabError) as exc:
                 self.counts["broadcast_rejected"] += 1
                 log.warning("run %s: client %d rejects phase %d: %s", self.run_id, m, phase, exc)
@@ -391,6 +408,14 @@ class ClientAgent:
             beat += 1
             await self._to_every_client("heartbeat", 0, f"heartbeat:{beat}", lambda m: None)
 
+    async def _tell_failure(self, exc: EvaluationError, phase: int) -> None:
+        """Tell the server that client ``exc.client``'s objective failed, before this agent
+        stops with the error (the server stops the run: :mod:`fedxab.agents.failures`)."""
+        m = exc.client
+        body = packb(failure_body(str(exc)))
+        record = self._envelope("failed", m, phase, f"failed:{phase}", body)
+        await self.broker.publish_many(self.topics["control"], [(str(m), record)])
+
     async def _to_every_client(
         self, kind: str, phase: int, msg_id: str, body: Callable[[int], Any]
     ) -> None:
@@ -496,6 +521,10 @@ class ClientAgent:
                     if record.offset >= replay_until:  # not an old record of the topic
                         self._check_keys()
                     continue
+                if isinstance(msg, Aborted):
+                    if record.offset < replay_until:
+                        continue  # an old record of the topic
+                    raise FedxabError(f"the server stopped the run: {msg.text}")
                 if isinstance(msg, Finished):
                     self.finished = msg
                     self._observe_privacy()  # final: before the end markers
@@ -509,7 +538,11 @@ class ClientAgent:
                     self.counts["broadcasts_repeat_skipped"] += 1
                     continue
                 self._opened = time.perf_counter()
-                answers = await self._answer(msg)
+                try:
+                    answers = await self._answer(msg)
+                except EvaluationError as exc:
+                    await self._tell_failure(exc, int(msg.phase))
+                    raise
                 await self._mirror_ledger()
                 if live:
                     bytes_up = await self._send(answers, int(msg.phase))

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
+from fedxab.agents.failures import failure_body, failure_text
 from fedxab.agents.lobby import refuse_strangers
 from fedxab.agents.supervise import supervised
 from fedxab.agents.waits import wait_set
@@ -169,6 +170,11 @@ class ServerAgent:
         """This execution's session (signing runs): drawn at the first start, then checkpointed."""
         self.joined: set[int] = set()
         self.left: set[int] = set()
+        self.failure: str | None = None
+        """Why the run stops: a client's objective failed (its ``failed`` message)."""
+        self._control_live: dict[int, int] = {}
+        """Per partition of the control topic, the first offset of this execution: a
+        ``failed`` message before it belongs to an earlier execution of the run."""
         self.last_seen: dict[int, float] = {}
         self.live_regret = 0.0  # running sum of global regret terms (display only)
         self.live_local_regret = 0.0  # the same of the local terms (metrics only)
@@ -303,7 +309,7 @@ class ServerAgent:
     def on_control(self, record: Record) -> None:
         """Join, leave, heartbeat and telemetry messages (idempotent)."""
         env = self._envelope(
-            record, ("join", "leave", "heartbeat", "telemetry", "outcome"), "control"
+            record, ("join", "leave", "heartbeat", "telemetry", "outcome", "failed"), "control"
         )
         if env is None:
             return
@@ -324,6 +330,19 @@ class ServerAgent:
                 if self.run_session.add_telemetry(telemetry, checked=True):
                     self._observe_telemetry(telemetry)
             self._wakeup.set()
+        elif env.kind == "failed":
+            try:
+                text = failure_text(env.body())
+            except ProtocolError as exc:
+                self._reject("invalid", "bad_payload", f"failed of client {m}: {exc}", "control")
+                return
+            if record.offset < self._control_live.get(record.partition, 0):
+                log.info(
+                    "run %s: an earlier execution's failure of client %d: %s", self.run_id, m, text
+                )
+            elif self.failure is None:
+                self.failure = f"run {self.run_id}: client {m} failed at phase {env.phase}: {text}"
+                self._wakeup.set()
         elif env.kind == "outcome":
             try:
                 outcome = ClientOutcome.from_dict(env.body())
@@ -384,13 +403,20 @@ class ServerAgent:
         )
 
     async def _publish(self, msg: Any) -> int:
+        """Publish the broadcast ``msg``; its payload's size."""
         payload = packb(msg.to_wire())
+        await self._to_every_client("broadcast", int(msg.phase), payload)
+        return len(payload)
+
+    async def _to_every_client(self, kind: str, phase: int, payload: bytes) -> None:
+        """A message of the server to every client on the broadcast topic (a broadcast, an
+        abort), signed if this run signs."""
         env = Envelope(
             run_id=self.run_id,
-            kind="broadcast",
-            phase=int(msg.phase),
+            kind=kind,
+            phase=phase,
             sender=SERVER,
-            msg_id=f"broadcast:{int(msg.phase)}",
+            msg_id=f"{kind}:{phase}",
             payload=payload,
             sent_at=time.time(),
         )
@@ -398,7 +424,6 @@ class ServerAgent:
         if self.signer is not None:
             sealed = self.signer.seal_for_every_client(sealed, self.session)
         await self.broker.publish(self.topics["broadcast"], None, sealed)
-        return len(payload)
 
     def _seal_about(self, envelope_bytes: bytes, m: int) -> bytes:
         """The server's message about client ``m`` as it goes on the wire, signed if this run
@@ -477,6 +502,8 @@ class ServerAgent:
         deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
         next_status = opened + self.settings.status_interval_s
         while not self._barrier_met(opened):
+            if self.failure is not None:
+                await self._abort(msg)
             self._wakeup.clear()
             now = time.monotonic()
             timeout = min(repeat - (now - last_progress), next_status - now)
@@ -495,6 +522,14 @@ class ServerAgent:
                 self._count("broadcast_repeated")
                 await self._publish(msg)
                 last_progress = now
+
+    async def _abort(self, msg: Any) -> None:
+        """Stop the run because a client's objective failed: tell every client agent (an
+        ``abort`` on the broadcast topic, sealed as a broadcast is) and raise the failure's
+        line (:mod:`fedxab.agents.failures`)."""
+        assert self.failure is not None
+        await self._to_every_client("abort", int(msg.phase), packb(failure_body(self.failure)))
+        raise FedxabError(self.failure)
 
     def _waiting_text(self, phase: int, waited: float) -> str:
         """Who an open phase still waits for, and why as far as the server can tell."""
@@ -682,6 +717,7 @@ class ServerAgent:
         await self._check_fresh_or_resuming()
         reports = self.broker.subscribe(self.topics["report"], self.group)
         control = self.broker.subscribe(self.topics["control"], None)
+        self._control_live = dict(await control.end_offsets())
 
         async def consume(sub: Any, handle: Callable[[Record], None]) -> None:
             async for record in sub:

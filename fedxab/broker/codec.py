@@ -256,7 +256,8 @@ ENVELOPE_KINDS = (
     "leave",  # client -> server (control): the client stops for good
     "heartbeat",  # client -> server (control): the client is alive
     "telemetry",  # client -> server (control): simulation-only regret terms, see agents
-    "abort",  # server -> clients (control): the run is stopped
+    "abort",  # server -> clients (broadcast topic): the run is stopped, see agents.failures
+    "failed",  # client -> server (control): the client's objective failed, see agents.failures
     "ledger",  # either way (ledger topic): a privacy event
     "outcome",  # client -> server (control): what the client observed of its objective
     "hello",  # client -> server (lobby): the run protocol the client will take part in

@@ -29,7 +29,7 @@ import numpy as np
 
 from fedxab import regret as _regret
 from fedxab.algorithms.protocol import wire_array, wire_int
-from fedxab.errors import FedxabError, ProtocolError
+from fedxab.errors import EvaluationError, FedxabError, ObjectiveError, ProtocolError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.families import ClientFamily, OffsetObjective
 from fedxab.objectives.noise import NoiseModel
@@ -338,9 +338,17 @@ class ClientEvaluator:
                 f"{self.budget - self.used} left of its budget T = {self.budget} "
                 "(algorithm bug: a client must never exceed T)"
             )
-        g = None if self._global is None else self._global(X)
-        fm = self._local(X, g)
-        rewards = fm + self._sample(fm, self._rng)
+        try:
+            g = None if self._global is None else self._global(X)
+            fm = self._local(X, g)
+            rewards = fm + self._sample(fm, self._rng)
+        except EvaluationError:
+            raise
+        except ObjectiveError as exc:  # a value that is not a finite real number
+            text = str(exc)
+            if f"client {self.client}" not in text:
+                text = f"client {self.client}: {text}"
+            raise EvaluationError(self.client, text) from exc
         self.observed.add(X, rewards)
         if self._f_star is not None:
             assert self._global is not None

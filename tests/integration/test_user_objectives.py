@@ -29,7 +29,7 @@ from fts_settings import CHEAP_FTS, CHEAP_TS
 import fedxab
 from fedxab.algorithms.registry import FEDERATED
 from fedxab.config import load_config
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, EvaluationError
 from fedxab.run.identity import run_id_for
 from fedxab.run.observe import RunObserver
 
@@ -58,6 +58,18 @@ SITES = [site0, site1, site2]
 
 def any_site(x, client_id):
     return SITES[client_id](x)
+
+
+def nan_site(x):
+    """site1, but NaN right of x = 0.6; the time of each NaN is appended to the file
+    ``$NAN_MARK`` names, if set."""
+    if x[0] <= 0.6:
+        return site1(x)
+    import os, time
+    if os.environ.get("NAN_MARK"):
+        with open(os.environ["NAN_MARK"], "a") as mark:
+            mark.write(f"{time.time()}\\n")
+    return float("nan")
 '''
 
 
@@ -416,6 +428,47 @@ def test_a_client_minimising_is_refused_by_a_server_maximising(job):
         time.sleep(0.1)
     assert expected in server_says()
     assert job.procs["server"].poll() is None  # still serving its own run
+
+
+NAN_LINE = "nan at point [0.75, 0.25]"
+"""What the client whose function returned NaN names: the value and the point."""
+
+
+def test_nan_from_a_clients_function_ends_the_run_within_10_s_on_the_embedded_broker(sites):
+    """Issue 39 item 4: before, the client agent took its own function's NaN for a bad
+    broadcast and the run waited forever on ``memory://``."""
+    start = time.monotonic()
+    with pytest.raises(EvaluationError, match=r"client 1\b.*nan at point") as err:
+        fedxab.federate(
+            [sites.site0, sites.nan_site, sites.site2], DOMAIN, budget=BUDGET, broker="memory://"
+        )
+    assert time.monotonic() - start < 10
+    assert NAN_LINE in str(err.value) and "\n" not in str(err.value)
+
+
+def test_nan_from_a_clients_function_ends_every_process_on_the_dev_broker_within_10_s(job):
+    """Issue 39 item 4 on Kafka: client 1's function returns NaN; client 1 tells the server
+    and stops, the server stops the run naming client 1 and the point and tells clients 0 and
+    2, which stop too: every process exits with status 2 and one ``error:`` line."""
+    job.server()
+    for k in (0, 2):
+        job.client(
+            f"client{k}", job.config, "--client-id", str(k), "--objective", f"usersites:site{k}"
+        )
+    mark = job.tmp / "nan_at"
+    job.client_env["NAN_MARK"] = str(mark)
+    job.client("client1", job.config, "--client-id", "1", "--objective", "usersites:nan_site")
+    codes = {name: proc.wait(120) for name, proc in job.procs.items()}
+    ended = time.time()
+    logs = {name: " ".join(job.log(name).read_text().split()) for name in job.procs}
+    assert codes == dict.fromkeys(job.procs, 2), logs
+    for name, text in logs.items():
+        assert "client 1" in text and NAN_LINE in text, (name, text)
+    assert "client 1 failed at phase" in logs["server"]
+    assert "the server stopped the run" in logs["client0"]
+    assert "Traceback" not in " ".join(logs.values())
+    elapsed = ended - float(mark.read_text().split()[0])
+    assert elapsed < 10, f"every process stopped {elapsed:.1f} s after the first NaN"
 
 
 PARAMS = {

@@ -348,3 +348,16 @@ def test_inline_answer_s_must_be_seconds_at_least_zero(value):
         {"algorithm": {"name": "fedpne"}, "federation": {"clients": 2}, "agents": {}}
     )
     assert config.agents.inline_answer_s == 0.05
+
+
+def test_a_domain_whose_width_overflows_is_refused_at_config_time():
+    """Issue 39 item 4: [[-1e308, 1e308]] has a width of inf; a run on it hung on a broker."""
+    raw = {
+        "objective": {"function": "mod:f", "domain": [[0.0, 1.0], [-1e308, 1e308]]},
+        "algorithm": {"name": "fedpne"},
+        "federation": {"clients": 2},
+    }
+    with pytest.raises(ConfigError, match=r"objective.domain: dimension 1 .* width overflows"):
+        config_from_dict(raw)
+    raw["objective"]["domain"][1] = [-8e307, 8e307]  # wide, but its width is a float
+    assert list(config_from_dict(raw).objective.domain[1]) == [-8e307, 8e307]
