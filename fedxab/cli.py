@@ -971,7 +971,10 @@ def audit(
     lifetime: Annotated[
         bool,
         typer.Option(
-            "--lifetime", help="Only the lifetime spend of each data owner, over all its runs."
+            "--lifetime",
+            help="Only the lifetime spend of each data owner, over all its runs; with --client, "
+            "that client's history run by run. With --verify, every run's releases are verified "
+            "first.",
         ),
     ] = False,
     delta: Annotated[
@@ -1015,7 +1018,12 @@ def audit(
     import json
 
     from fedxab.privacy.accountants import make_accountant
-    from fedxab.privacy.audit import client_history, client_summaries, owner_summaries
+    from fedxab.privacy.audit import (
+        client_history,
+        client_lifetime,
+        client_summaries,
+        owner_summaries,
+    )
     from fedxab.privacy.ledger import PrivacyLedger
     from fedxab.privacy.mirror import HOSTILE, SIGNED_RECORDS_HINT, rebuild_from_broker
 
@@ -1065,7 +1073,16 @@ def audit(
         also = [make_accountant(name) for name in names[1:]]
         tables = []
         with PrivacyLedger(ledger, accountant=names[0]) as book:
-            if client_id is not None:
+            if client_id is not None and lifetime:
+                rows = client_lifetime(book, client_id, delta)
+                columns = ["owner", "run", "releases", "delta", "epsilon_run", "epsilon",
+                           "budget_epsilon", "remaining", "over_budget"]  # fmt: skip
+                title = (
+                    f"client {client_id}'s lifetime, run by run: epsilon of the run, then of the "
+                    f"data owner after it ({names[0]} accountant)"
+                )
+                tables.append((title, columns, rows))
+            elif client_id is not None:
                 runs = [run_id] if run_id is not None else book.runs()
                 if len(runs) != 1:
                     raise FedxabError(f"--client needs --run: the ledger holds runs {runs}")
@@ -1105,6 +1122,12 @@ def _verify_ledger(ledger: Path, public_keys: Path, run_id: str | None) -> None:
     verifier = verifier_in(public_keys)
     with PrivacyLedger(ledger) as book:
         result = verify_ledger(book, verifier, run_id)
+    if result.all_unsigned:
+        raise FedxabError(
+            f"--verify: {ledger} holds no signed evidence: none of its {result.rows} release(s) "
+            "was recorded with a signed record (a run that does not sign its messages, or a "
+            "ledger from before evidence was kept), so nothing in it can be verified"
+        )
     notes = _console(stderr=True)
     for failure in result.failures:
         notes.print(Text(f"verification failed: {failure}", style="red"), soft_wrap=True)

@@ -597,7 +597,10 @@ class ServerAgent:
             owner = Owner(*self.run_ledger.owner(m))
             for phase, event in gate.drain():
                 record = release_record(self.run_id, m, phase, event, owner=owner, **named)
-                records.append((str(m), self._seal_about(record, m)))
+                sealed = self._seal_about(record, m)
+                if self.signer is not None:  # the row's evidence, as a client keeps its own
+                    gate.ledger.record(self.run_id, m, phase, event, evidence=sealed)
+                records.append((str(m), sealed))
             if end:
                 rows = [(p, r, e) for p, r, _, e in self.run_ledger.ledger.history(self.run_id, m)]
                 record = end_record(self.run_id, m, rows, **named)

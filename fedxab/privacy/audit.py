@@ -18,9 +18,9 @@ from typing import Any
 
 from fedxab.errors import ConfigError
 from fedxab.privacy.accountants import Accountant
-from fedxab.privacy.ledger import Budget, PrivacyLedger
+from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 
-__all__ = ["client_history", "client_summaries", "owner_summaries"]
+__all__ = ["client_history", "client_lifetime", "client_summaries", "owner_summaries"]
 
 OVER_BUDGET_TOLERANCE = 1e-12
 """Epsilon above a budget by no more than this (floating-point noise) is not over it."""
@@ -132,3 +132,49 @@ def client_history(
             }
         )
     return history
+
+
+def client_lifetime(
+    ledger: PrivacyLedger, client: int, delta: float | None = None
+) -> list[dict[str, Any]]:
+    """Client ``client``'s lifetime, run by run: for each data owner it is (``client-<m>/...``,
+    one per data set) and each run of that owner in the order of the run's first release here,
+    the run's releases, the epsilon of that run alone and the owner's lifetime epsilon after it
+    (every release of the owner's runs so far, composed: :meth:`PrivacyLedger.owner_history`),
+    at ``delta`` if given, else at the owner's lifetime budget's delta."""
+    taken = [
+        (owner, run)
+        for owner in ledger.owners()
+        for run, m in ledger.owner_runs(owner)
+        if m == int(client)
+    ]
+    if not taken:
+        raise ConfigError("--client", f"client {client} is no data owner's client in this ledger")
+    rows = []
+    for owner in dict.fromkeys(owner for owner, _ in taken):
+        budget = ledger.lifetime_budget(owner)
+        at = delta if delta is not None else None if budget is None else budget.delta
+        if at is None:
+            raise ConfigError(
+                "--delta", f"data owner {owner!r} has no lifetime budget; pass --delta"
+            )
+        histories = {run: ledger.history(run, client) for o, run in taken if o == owner}
+        order = sorted(
+            histories, key=lambda run: (min((h[2] for h in histories[run]), default=""), run)
+        )
+        so_far: list[Any] = []
+        for run in order:
+            events = [event for *_, event in histories[run]]
+            so_far += events
+            lifetime = ledger.accountant.epsilon(canonical(so_far), at)
+            rows.append(
+                {
+                    "owner": owner,
+                    "run": run,
+                    "releases": sum(e.count for e in events),
+                    "delta": at,
+                    "epsilon_run": ledger.accountant.epsilon(canonical(events), at),
+                }
+                | _spend(budget, {ledger.accountant.name: lifetime}, ledger.accountant.name)
+            )
+    return rows

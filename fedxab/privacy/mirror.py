@@ -346,7 +346,8 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
     entry = body.get("entry")
     if not isinstance(entry, str) or entry not in ("release", "budget", "end"):
         raise ProtocolError(f"unknown ledger entry {entry!r:.80}")
-    common = {"namespace": recorded_in, "session": opened.session}
+    session = opened.session
+    namespace_of = recorded_in if isinstance(recorded_in, str) else None
     try:
         if entry == "release":
             phase = body.get("phase")
@@ -355,19 +356,44 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
                 raise ProtocolError(f"bad phase {phase!r:.40} (envelope: {env.phase})")
             event = PrivacyEvent.from_wire(body.get("event"))
             owner = _owner_of(body)
-            return Entry(client, entry, by_server, phase, release, event, owner=owner, **common)
+            return Entry(
+                client,
+                entry,
+                by_server,
+                phase,
+                release,
+                event,
+                owner=owner,
+                namespace=namespace_of,
+                session=session,
+            )
         if entry == "budget":
             epsilon, delta = body.get("epsilon"), body.get("delta")
-            budget = None if epsilon is None else Budget(float(epsilon), float(delta))
+            budget = None if epsilon is None else Budget(float(epsilon), float(delta))  # type: ignore[arg-type]
             lifetime, owner = _budget_of(body.get("lifetime")), _owner_of(body)
             return Entry(
-                client, entry, by_server, budget=budget, lifetime=lifetime, owner=owner, **common
+                client,
+                entry,
+                by_server,
+                budget=budget,
+                lifetime=lifetime,
+                owner=owner,
+                namespace=namespace_of,
+                session=session,
             )
         releases = _index("an end marker's 'releases'", body.get("releases"))
         digest = body.get("digest")
         if not isinstance(digest, str) or len(digest) != 64:
             raise ProtocolError(f"an end marker's 'digest' must be 64 hex digits, {digest!r:.80}")
-        return Entry(client, entry, by_server, releases=releases, digest=digest, **common)
+        return Entry(
+            client,
+            entry,
+            by_server,
+            releases=releases,
+            digest=digest,
+            namespace=namespace_of,
+            session=session,
+        )
     except (ProtocolError, ConfigError):
         raise
     except Exception as exc:  # any defect of an untrusted body is a malformed record
@@ -695,6 +721,7 @@ def rebuild_from_broker(
 
     topic = topic_name(namespace, run_id, "ledger")
     broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
+    assert broker is not None  # a kafka:// URL
 
     async def read() -> list[Record]:
         async with broker:

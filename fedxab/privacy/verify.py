@@ -10,9 +10,15 @@ verified again from that evidence alone:
    being able to sign anything);
 2. the content: the evidence decodes to a release whose run, client, phase, release and event
    are the row's (:func:`~fedxab.privacy.mirror.entry_of`), so a row cannot be edited, moved to
-   another client or run, or given another row's evidence.
+   another client or run, or given another row's evidence;
+3. the data owner: the evidence names the data owner the ledger records for the row's client in
+   its run (both or neither), so a release cannot be moved to another owner's lifetime spend or
+   out of every owner's.
 
-A row without evidence cannot be verified and fails. Under Ed25519 nobody but client ``m``
+A row without evidence cannot be verified and fails; a ledger none of whose rows has evidence
+(recorded by a run that does not sign) is one finding, :attr:`Verification.unsigned`, not one
+failure per row. A client's own ledger (signed runs) and a ledger rebuilt from the topic both keep
+the evidence. Under Ed25519 nobody but client ``m``
 holds ``m``'s private key, so a row that verifies as ``m``'s was signed by ``m``; a row signed by
 the server is counted apart (:attr:`Verification.by_server`): the server made it, as it does
 every release under central DP.
@@ -20,6 +26,7 @@ every release under central DP.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from fedxab.errors import ConfigError, ProtocolError
@@ -55,6 +62,8 @@ class Verification:
     rows: int = 0
     verified: int = 0
     by_server: int = 0
+    unsigned: int = 0
+    """Rows without evidence (each is also a failure)."""
     failures: list[Failure] = field(default_factory=list)
 
     @property
@@ -62,15 +71,22 @@ class Verification:
         """Whether there was a row to check and every row verified."""
         return self.rows > 0 and not self.failures
 
+    @property
+    def all_unsigned(self) -> bool:
+        """Whether no row has evidence: the ledger was recorded by a run that does not sign."""
+        return self.rows > 0 and self.unsigned == self.rows
+
 
 def _reason(
     verifier: Signer,
     run: str,
     row: tuple[int, int, int, object],
     evidence: bytes | None,
+    owner: str | None,
 ) -> tuple[str | None, bool]:
-    """Why the row ``(client, phase, release, event)`` of ``run`` fails against ``evidence``
-    (None if it verifies), and whether the server signed it."""
+    """Why the row ``(client, phase, release, event)`` of ``run``, whose client the ledger
+    records as data owner ``owner``, fails against ``evidence`` (None if it verifies), and
+    whether the server signed it."""
     if evidence is None:
         return "no evidence (a row recorded without its signed record cannot be verified)", False
     try:
@@ -83,6 +99,12 @@ def _reason(
     if entry.entry != "release" or differ:
         what = ", ".join(differ) if entry.entry == "release" else f"a {entry.entry!r} entry"
         return f"the evidence is another record ({what})", entry.by_server
+    signed_owner = None if entry.owner is None else entry.owner.name
+    if signed_owner != owner:
+        return (
+            f"data owner: the evidence names {signed_owner!r}, the ledger {owner!r}",
+            entry.by_server,
+        )
     return None, entry.by_server
 
 
@@ -90,9 +112,12 @@ def verify_ledger(ledger: PrivacyLedger, verifier: Signer, run: str | None = Non
     """Verify every release of ``ledger`` (of ``run`` only, if given) from its evidence with
     ``verifier``'s keys (:func:`~fedxab.security.agents.verifier_in`: public keys)."""
     result = Verification()
+    owners = functools.cache(ledger.run_owners)  # one query per run
     for run_id, client, phase, release, event, evidence in ledger.evidence(run):
         result.rows += 1
-        reason, by_server = _reason(verifier, run_id, (client, phase, release, event), evidence)
+        result.unsigned += evidence is None
+        row = (client, phase, release, event)
+        reason, by_server = _reason(verifier, run_id, row, evidence, owners(run_id).get(client))
         if reason is not None:
             result.failures.append(Failure(run_id, client, phase, release, reason))
             continue

@@ -8,6 +8,7 @@ so."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import time
@@ -21,7 +22,13 @@ from fedxab.broker.memory import MemoryBroker
 from fedxab.cli import app
 from fedxab.privacy.ledger import Budget, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.privacy.mirror import budget_record, end_record, rebuild_ledger, release_record
+from fedxab.privacy.mirror import (
+    SIGNED_RECORDS_HINT,
+    budget_record,
+    end_record,
+    rebuild_ledger,
+    release_record,
+)
 from fedxab.privacy.verify import verify_ledger
 from fedxab.security.agents import verifier_in
 from fedxab.security.keypairs import PrivateKey, generate_keypairs, load_private_key
@@ -230,3 +237,87 @@ def test_central_dp_records_are_signed_by_the_server_and_say_so(tmp_path):
         with pytest.raises(SignatureError) as info:
             clients_only.open(value)  # the clients' keys do not verify the server's records
         assert info.value.reason == "unknown_sender"
+
+
+def test_lifetime_audit_of_two_signed_kafka_runs_with_public_keys_alone(dev_broker, tmp_path):
+    """Two signed DP-Fed-PNE runs of the same 4 clients on Kafka, recorded in the clients' own
+    lifetime ledger. An auditor holding only the public keys rebuilds both runs' ledgers from
+    their topics; `fedxab audit --lifetime --verify` prints each data owner's lifetime epsilon
+    over both runs, equal to what the clients' own ledger gives (which verifies too), and a
+    client's history run by run; a row the server edits, and an owner it moves, are named."""
+    from fedxab.agents.distributed import run_id_for, run_on_broker
+    from fedxab.broker.kafka import KafkaBroker
+    from fedxab.config import config_from_dict
+
+    keys = tmp_path / "keys"
+    generate_keypairs(4, keys)
+    namespace = f"lifetime{os.getpid()}{time.monotonic_ns() % 10**6}"
+    own = tmp_path / "clients.db"
+    config = config_from_dict(
+        {
+            "run": {"budget": 20_000, "seed": 3, "repeats": 2},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": "dpfedpne", "epsilon": 0.5, "privacy_delta": 1e-3,
+                          "composition": "sequential"},
+            "federation": {"clients": 4, "heterogeneity": "offset"},
+            "privacy": {"ledger": str(own), "lifetime_epsilon": 50.0},
+            "broker": {"url": f"kafka://{dev_broker.address}", "namespace": namespace},
+            "security": {"keys_dir": str(keys)},
+        }
+    )  # fmt: skip
+
+    async def main(seed):
+        async with KafkaBroker(dev_broker.address) as broker:
+            return await asyncio.wait_for(run_on_broker(config, seed, broker, hosts=2), 120)
+
+    records = [asyncio.run(main(seed)) for seed in (3, 4)]
+    runs = [run_id_for(config, seed) for seed in (3, 4)]
+    public = str(keys / "public")
+    audited = tmp_path / "auditor.db"
+    source = ["--rebuild-from", f"kafka://{dev_broker.address}", "--namespace", namespace]
+    for run, record in zip(runs, records, strict=True):
+        rebuilt = runner.invoke(app, ["audit", str(audited), "--run", run, *source])
+        assert rebuilt.exit_code == 2 and SIGNED_RECORDS_HINT[:40] in rebuilt.output  # unsigned
+        rebuilt = runner.invoke(
+            app, ["audit", str(audited), "--run", run, *source, "--verify", public, "--json"]
+        )
+        assert rebuilt.exit_code == 0, rebuilt.output
+        assert f"{sum(record.privacy['releases'])} release(s) verified" in rebuilt.output
+
+    def lifetime(ledger):
+        shown = runner.invoke(app, ["audit", str(ledger), "--lifetime", "--verify", public,
+                                    "--json"])  # fmt: skip
+        assert shown.exit_code == 0, shown.output
+        assert "32 release(s) verified" in shown.output
+        return {row["owner"]: row for row in json.loads(shown.stdout)}
+
+    by_auditor, by_clients = lifetime(audited), lifetime(own)
+    owners = [f"client-{m}/{records[0].privacy['data_set']}" for m in range(4)]
+    assert sorted(by_auditor) == sorted(by_clients) == owners
+    single = records[0].privacy["epsilon"][0]
+    for owner in owners:
+        row = by_auditor[owner]
+        assert (row["runs"], row["releases"], row["delta"]) == (2, 8, 1e-3)
+        assert row["epsilon"] == by_clients[owner]["epsilon"] > single
+        assert row["budget_epsilon"] == 50.0
+    history = runner.invoke(app, ["audit", str(audited), "--client", "1", "--lifetime", "--json"])
+    assert history.exit_code == 0, history.output
+    steps = json.loads(history.stdout)
+    assert [step["run"] for step in steps] == runs
+    assert steps[0]["epsilon"] == pytest.approx(single) == steps[0]["epsilon_run"]
+    assert steps[1]["epsilon"] == by_auditor[owners[1]]["epsilon"]
+
+    with sqlite3.connect(audited) as db:  # the server edits one row and moves one owner
+        db.execute(
+            "UPDATE events SET noise_multiplier = noise_multiplier * 2 "
+            "WHERE run=? AND client=2 AND phase=1",
+            (runs[1],),
+        )
+        db.execute("UPDATE owners SET owner='client-9/elsewhere' WHERE run=? AND client=3",
+                   (runs[0],))  # fmt: skip
+    failed = runner.invoke(app, ["audit", str(audited), "--lifetime", "--verify", public])
+    assert failed.exit_code == 2
+    text = " ".join(failed.output.split())
+    assert f"run {runs[1]}, client 2, phase 1, release 0: the evidence is another record" in text
+    assert f"run {runs[0]}, client 3, phase 1, release 0: data owner" in text
+    assert "client-9/elsewhere" in text

@@ -149,3 +149,35 @@ def test_a_missing_or_corrupted_ledger_is_one_clear_error(tmp_path):
     bad.write_bytes(b"\x00garbage" * 64)
     corrupted = runner.invoke(app, ["audit", str(bad)])
     assert corrupted.exit_code == 2 and "corrupted" in corrupted.output
+
+
+def test_verifying_an_unsigned_ledger_is_one_line(ledger, tmp_path):
+    """A ledger recorded by a run that does not sign: one error line, not one per row."""
+    from fedxab.security.keypairs import generate_keypairs
+
+    generate_keypairs(1, tmp_path / "keys")
+    result = runner.invoke(app, ["audit", str(ledger), "--verify", str(tmp_path / "keys/public")])
+    assert result.exit_code == 2
+    assert "holds no signed evidence: none of its 13 release(s)" in " ".join(result.output.split())
+    assert "verification failed" not in result.output
+    assert len(result.output.strip().splitlines()) <= 3  # one message, folded at most twice
+
+
+def test_one_clients_lifetime_run_by_run(lifetime_ledger):
+    result = runner.invoke(
+        app, ["audit", str(lifetime_ledger), "--client", "0", "--lifetime", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    steps = json.loads(result.output)
+    rdp = make_accountant("rdp")
+    assert [(s["owner"], s["run"], s["releases"]) for s in steps] == [
+        ("client-0/a", "run-a", 3), ("client-0/a", "run-b", 2),
+    ]  # fmt: skip
+    assert steps[0]["epsilon_run"] == pytest.approx(rdp.epsilon([EVENT] * 3, 1e-5))
+    assert steps[1]["epsilon_run"] == pytest.approx(rdp.epsilon([EVENT] * 2, 1e-5))
+    assert steps[1]["epsilon"] == pytest.approx(rdp.epsilon([EVENT] * 5, 1e-5))
+    assert steps[1]["remaining"] == pytest.approx(3.0 - steps[1]["epsilon"])
+    no_budget = runner.invoke(app, ["audit", str(lifetime_ledger), "--client", "1", "--lifetime"])
+    assert no_budget.exit_code == 2 and "pass --delta" in no_budget.output
+    nobody = runner.invoke(app, ["audit", str(lifetime_ledger), "--client", "7", "--lifetime"])
+    assert nobody.exit_code == 2 and "client 7 is no data owner's client" in nobody.output
