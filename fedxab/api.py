@@ -133,17 +133,22 @@ def run_job(config: Config, *, functions: Functions | None = None, **options: An
     (``progress``, ``on_run_start``, ``metrics``, and on a broker ``hosts``)."""
     from fedxab.agents.distributed import run_on_broker_config
     from fedxab.agents.federation import run_federated_config
+    from fedxab.broker.base import Broker
     from fedxab.broker.factory import make_broker
 
     if config.broker is None:
         raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
-    url = config.broker.url
-    if make_broker(url, config.broker) is None:  # inprocess://
+    url, settings = config.broker.url, config.broker
+    if make_broker(url, settings) is None:  # inprocess://
         options.pop("hosts", None)
         return run_federated_config(config, functions=functions, **options)
-    return run_on_broker_config(
-        config, lambda: make_broker(url, config.broker), functions=functions, **options
-    )
+
+    def broker() -> Broker:
+        made = make_broker(url, settings)
+        assert made is not None  # the URL names a broker: checked above
+        return made
+
+    return run_on_broker_config(config, broker, functions=functions, **options)
 
 
 def _on_broker(config: Config, broker: str | None) -> Config:

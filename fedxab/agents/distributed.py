@@ -201,8 +201,8 @@ def run_on_broker_config(
     interrupted seed continues from its checkpoint; without it, a seed whose topics already
     hold broadcasts is refused (:class:`~fedxab.agents.server.RunConflictError`)."""
     on_kafka = config.broker is not None and config.broker.url.startswith("kafka://")
-    keeps_checkpoints = finished is not None and on_kafka
-    checkpoint_dir = finished.directory.parent / CHECKPOINTS_DIRNAME if keeps_checkpoints else None
+    kept = finished if on_kafka else None  # the finished runs whose checkpoints are kept
+    checkpoint_dir = None if kept is None else kept.directory.parent / CHECKPOINTS_DIRNAME
 
     async def one(seed: int) -> RunRecord:
         async with broker_factory() as broker:
@@ -212,7 +212,7 @@ def run_on_broker_config(
                 broker,
                 hosts=hosts,
                 checkpoint_dir=checkpoint_dir,
-                resume=finished.resume if keeps_checkpoints else None,
+                resume=None if kept is None else kept.resume,
                 progress=progress,
                 metrics=metrics,
                 functions=functions,

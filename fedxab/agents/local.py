@@ -95,7 +95,7 @@ def run_single(
 def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     budget = config.run.budget
     if config.objective.is_user:
-        objective = client_family(config, seed).clients[0]
+        objective = client_family(config, seed).client(0)
     else:
         objective = make_objective(config.objective.name, **dict(config.objective.params))
     noise = make_noise_model(config)
@@ -131,7 +131,7 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     next_report = every if watched else budget + 1
     running = 0.0  # cumulative regret up to round `counted`, for the progress callback only
     counted = 0
-    f_ref = float(f_star) if known else 0.0
+    f_ref = 0.0 if f_star is None else float(f_star)
 
     ask, tell, sample = opt.ask, opt.tell, noise.sample
     t0 = time.perf_counter()
@@ -147,10 +147,10 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
             running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
             seen.add(points[counted : t + 1], observed[counted : t + 1])
             counted = t + 1
-            cum = running if known else float("nan")
-            observer.on_regret(t=t + 1, cumulative=cum if known else None)
+            so_far = running if known else float("nan")
+            observer.on_regret(t=t + 1, cumulative=so_far if known else None)
             observer.on_observed(seen.best)
-            observer.on_progress(t + 1, budget, cum)
+            observer.on_progress(t + 1, budget, so_far)
             next_report = min(next_report + every, budget)
     recommendation = np.asarray(opt.recommend(), dtype=np.float64).reshape(-1).copy()
     wall = time.perf_counter() - t0

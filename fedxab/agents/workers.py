@@ -68,14 +68,15 @@ def check_workers(config: Config, functions: Functions | None, start_method: str
             ) from exc
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext:
     """``fork`` where the platform has it, else ``spawn``. A forked worker is ready in about
     0.1 s where a spawned one takes about 1 s (it imports fedxab and the main module again),
     which matters for a run of seconds. A forked child runs only :func:`_serve`: it builds its
     own clients and first replaces the log handlers it inherited (a parent's progress display
     may hold their locks at the fork)."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _own_log_handler() -> None:

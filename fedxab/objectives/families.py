@@ -229,6 +229,13 @@ class ClientFamily:
     def n_clients(self) -> int:
         return len(self.clients)
 
+    def client(self, m: int) -> Objective:
+        """Client ``m``'s objective, which this process must host (else ObjectiveError)."""
+        objective = self.clients[m]
+        if objective is None:
+            raise ObjectiveError(f"client {m}'s objective is hosted by another process")
+        return objective
+
 
 def _check_common(base: object, n_clients: object, seed: object) -> int:
     if not isinstance(base, Objective):

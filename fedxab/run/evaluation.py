@@ -89,7 +89,7 @@ def _local_function(
     """``(X, f(X)) -> f_m(X)``, without re-evaluating the base where f_m = f (+ offset), and
     whether it reads ``f(X)`` (else ``f(X)`` may be None: a user family, or a run that does not
     measure the global regret)."""
-    obj = family.clients[m]
+    obj = family.client(m)
     glob = family.global_objective
     if glob is not None and obj is glob:
         return (lambda X, g: g), True
@@ -321,7 +321,7 @@ class ClientEvaluator:
             glob = None
         self._global = None if glob is None else global_values or GlobalValues(glob)
         self._f_star = None if glob is None or not global_regret else glob.optimum_value
-        self._fm_star = family.clients[m].optimum_value
+        self._fm_star = family.client(m).optimum_value
         self.observed = ObservedBest(m, budget, direction)
         """What the client observed: its best reward so far (:class:`ObservedBest`)."""
         self._start = 0
@@ -459,8 +459,10 @@ class RegretSums:
         for t in sorted(self._pending, key=lambda t: (t.phase, t.client, t.start)):
             stop = t.start + t.count
             if self.global_sum is not None:
+                assert t.global_terms is not None  # check() refused telemetry without them
                 self.global_sum[t.start : stop] += t.global_terms
             if self.local_sum is not None:
+                assert t.local_terms is not None
                 self.local_sum[t.start : stop] += t.local_terms
             self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
             self.pulls_at[t.start : stop] += 1
