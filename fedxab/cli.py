@@ -573,12 +573,37 @@ def run(
             _print_ledger(console, results)
 
 
-def _print_ledger(console: Console, results) -> None:
+def _print_ledger(console: Console, results, cfg=None) -> None:
     """Where the releases were charged (the ledger every later run of these data owners
-    charges too), and the command that audits it."""
+    charges too), and the command that audits it. ``cfg``: the config of a server process,
+    which under local DP holds no ledger file (its clients do): it names the command that
+    audits the ledger topic instead."""
+    from fedxab.algorithms.registry import PRIVATE
+    from fedxab.config import SecurityConfig
+    from fedxab.security.agents import scheme_of, signing_on
+
     blocks = [r.privacy for r in results.runs if r.privacy is not None]
-    if blocks:
+    if not blocks:
+        return
+    if cfg is None or PRIVATE.get(cfg.algorithm.name) != "client":
         console.print(_ledger_line(blocks[0].get("ledger")), soft_wrap=True, markup=False)
+        return
+    where = blocks[0].get("ledger")
+    kept = "in memory" if where is None else f"at {where} on its machine"
+    run = blocks[0]["run_id"]
+    security = cfg.security or SecurityConfig()
+    keys = Path(security.keys_dir or "KEYS_DIR")
+    verify = ""
+    if signing_on(cfg):
+        ed25519 = scheme_of(security) == "ed25519"
+        verify = f" --verify {keys / 'public'}" if ed25519 else f" --keys-dir {keys}"
+    console.print(
+        f"privacy ledger: each client keeps its own ({kept}); this server rebuilt its copy "
+        f"from the ledger topic (audit: fedxab audit {run}.ledger.db --run {run} "
+        f"--rebuild-from {cfg.broker.url} --namespace {cfg.broker.namespace}{verify})",
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def _ledger_line(where: str | None) -> str:
@@ -812,7 +837,7 @@ def server(
                         console.print(table)
             console.print(_run_ids(cfg), soft_wrap=True, markup=False)
             console.print(f"results: {path}", soft_wrap=True, markup=False)
-            _print_ledger(console, results)
+            _print_ledger(console, results, cfg)
 
 
 @app.command()

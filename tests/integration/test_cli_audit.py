@@ -181,3 +181,42 @@ def test_one_clients_lifetime_run_by_run(lifetime_ledger):
     assert no_budget.exit_code == 2 and "pass --delta" in no_budget.output
     nobody = runner.invoke(app, ["audit", str(lifetime_ledger), "--client", "7", "--lifetime"])
     assert nobody.exit_code == 2 and "client 7 is no data owner's client" in nobody.output
+
+
+def test_a_local_dp_servers_ledger_hint_names_a_command_that_writes_its_file(tmp_path):
+    """A server under local DP keeps no ledger file (its clients do): its hint is the audit
+    of the ledger topic, which creates the file it names; a run's own ledger is named as is."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from fedxab.cli import _print_ledger
+    from fedxab.config import config_from_dict
+    from fedxab.security.keypairs import generate_keypairs
+
+    generate_keypairs(1, tmp_path / "keys")
+    cfg = config_from_dict(
+        {
+            "algorithm": {"name": "dpfedpne", "epsilon": 0.5, "privacy_delta": 1e-3},
+            "federation": {"clients": 2},
+            "privacy": {"ledger": "clients.db"},
+            "broker": {"url": "kafka://127.0.0.1:9092", "namespace": "ns"},
+            "security": {"keys_dir": str(tmp_path / "keys")},
+        }
+    )
+    results = SimpleNamespace(
+        runs=[SimpleNamespace(privacy={"ledger": "clients.db", "run_id": "run-1"})]
+    )
+
+    def shown(*args):
+        console = Console(record=True, width=400)
+        _print_ledger(console, results, *args)
+        return console.export_text()
+
+    line = shown(cfg)
+    assert "each client keeps its own (at clients.db on its machine)" in line
+    assert (
+        "fedxab audit run-1.ledger.db --run run-1 --rebuild-from kafka://127.0.0.1:9092 "
+        f"--namespace ns --verify {tmp_path / 'keys' / 'public'}"
+    ) in line
+    assert "audit: fedxab audit clients.db" in shown()  # fedxab run: the ledger it wrote
