@@ -66,6 +66,12 @@ def one_line(text: str, limit: int = 1000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "\N{HORIZONTAL ELLIPSIS}"
 
 
+class StorageError(FedxabError, RuntimeError):
+    """A file or directory fedxab keeps private cannot be written (read-only, disk full, no
+    permission), or a directory it would write into is open to other users: one line naming
+    the path (:mod:`fedxab.private_files`)."""
+
+
 class ProtocolError(FedxabError, ValueError):
     """A message (broadcast, report, envelope) is malformed, from the wrong phase, or unexpected.
 

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.errors import FedxabError
-from fedxab.private_files import write_atomically
+from fedxab.private_files import private_dir, write_atomically
 from fedxab.run.outcome import ClientOutcome
 
 __all__ = [
@@ -532,11 +532,7 @@ def write_results(results: RunResults, out_dir: str | Path) -> Path:
     replaces ``results.json`` with :func:`os.replace`, so a reader never sees a partial file;
     the file is owner-only (what each client observed is private to it).
     """
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultsError(f"cannot create output directory {out}: {exc.strerror or exc}") from exc
+    out = private_dir(out_dir)
     target = out / RESULTS_FILENAME
     write_atomically(target, results.to_json().encode("utf-8"))
     log.info("wrote %s", target)

@@ -23,7 +23,7 @@ from typing import Any
 
 from fedxab.broker.codec import packb, unpack_frame, unpackb
 from fedxab.errors import FedxabError, ProtocolError
-from fedxab.private_files import write_atomically
+from fedxab.private_files import private_dir, write_atomically
 from fedxab.run.session import ClosedPhase
 
 __all__ = ["CheckpointError", "ClosedPhase", "ServerCheckpoint"]
@@ -133,5 +133,5 @@ class ServerCheckpoint:
         )
         digest = hashlib.sha256(body).digest()
         body = packb({"schema": _SCHEMA, "sha256": digest, "body": body})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         write_atomically(self.path, body)

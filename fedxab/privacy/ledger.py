@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedxab.errors import ConfigError, FedxabError
+from fedxab.errors import ConfigError, FedxabError, StorageError
 from fedxab.privacy.accountants import (
     DEFAULT_TIMEOUT_S,
     Accountant,
@@ -70,7 +70,7 @@ from fedxab.privacy.accountants import (
 )
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded
-from fedxab.private_files import create_owner_only
+from fedxab.private_files import create_owner_only, private_dir, storage_error
 from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
@@ -271,11 +271,11 @@ class PrivacyLedger:
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise LedgerError(f"ledger {self.path} is a directory, expected a SQLite file")
+            private_dir(Path(self.path).parent)
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
                 create_owner_only(self.path)  # before SQLite creates it (and its journals)
             except OSError as exc:
-                raise LedgerError(f"cannot create ledger {self.path}: {exc.strerror}") from exc
+                raise storage_error(self.path, exc, "create the ledger") from None
         try:
             # A client agent answers in an executor thread; SQLite here is serialized
             # (sqlite3.threadsafety == 3), and the agent never uses the ledger concurrently.
@@ -286,6 +286,11 @@ class PrivacyLedger:
                 timeout=LOCK_WAIT_S + self.accountant_timeout_s,
             )
             self._check_or_create()
+        except sqlite3.OperationalError as exc:  # read-only, disk full, no permission
+            raise StorageError(
+                f"{self.path}: cannot open the ledger for writing ({exc}); choose a writable "
+                "path with room (nothing was written to it)"
+            ) from exc
         except sqlite3.DatabaseError as exc:
             raise LedgerError(
                 f"{self.path} is not a fedxab privacy ledger or is corrupted ({exc}); "

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedxab.private_files import write_atomically
+from fedxab.private_files import private_dir, write_atomically
 from fedxab.reproduce.experiments import ReproduceError
 from fedxab.reproduce.plan import Plan, PlannedEntry, make_plan
 from fedxab.validation import check_positive_int
@@ -170,7 +170,7 @@ def _write_simple_regret(pe: PlannedEntry, rounds: np.ndarray, traces: list[dict
         "rounds": [int(r) for r in rounds],
         "runs": traces,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     write_atomically(path, (json.dumps(data) + "\n").encode("utf-8"))
     return path
 
@@ -239,7 +239,7 @@ def _run_entry(pe: PlannedEntry, plan: Plan, progress: RunProgress | None) -> En
     on_progress.details = True  # type: ignore[attr-defined]
 
     if plan.experiment.metric == "simple_regret":
-        pe.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(pe.directory)
         result = _run_parallel(pe, on_progress, on_start)
     else:
         results = run_federated_config(pe.config, on_progress, on_run_start=on_start)

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedxab.private_files import write_atomically
+from fedxab.private_files import private_dir, write_atomically
 from fedxab.results import ResultsError, RunRecord
 from fedxab.run.identity import protocol_differences
 
@@ -74,12 +74,7 @@ class FinishedRuns:
         """Write ``record`` (a finished run of this job) to its file; its path."""
         body = {"schema": FINISHED_SCHEMA, "experiment": self._experiment, "run": record.to_dict()}
         target = self.path(record.seed)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ResultsError(
-                f"cannot create {self.directory} (run.output): {exc.strerror or exc}"
-            ) from exc
+        private_dir(self.directory)
         write_atomically(target, json.dumps(body, allow_nan=False).encode("utf-8"))
         return target
 

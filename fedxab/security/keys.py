@@ -44,6 +44,7 @@ from pathlib import Path
 
 from fedxab.broker.codec import client_sender
 from fedxab.errors import FedxabError
+from fedxab.private_files import private_dir
 
 __all__ = [
     "KEY_BYTES",
@@ -202,14 +203,7 @@ def write_key_files(
             "(choose another --out or delete the old keys first)"
         )
     for directory, mode in directories:
-        try:
-            directory.mkdir(mode=mode, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise FedxabError(
-                f"{directory}: cannot create the key directory ({exc.strerror})"
-            ) from None
-        if not directory.is_dir():
-            raise FedxabError(f"{directory}: not a directory")
+        private_dir(directory, mode)
     written: list[Path] = []
     try:
         for path, data, mode in files:

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from fedxab.errors import FedxabError
+from fedxab.errors import FedxabError, StorageError
 from fedxab.results import (
     RESULTS_FILENAME,
     SCHEMA,
@@ -146,7 +146,7 @@ def test_failed_write_keeps_old_file_and_removes_temporary(tmp_path, monkeypatch
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StorageError, match=r"results.json: cannot write it \(disk full\)"):
         write_results(_results(_record(1, 99.0, 0.5)), tmp_path)
     assert old.read_text() == before
     assert sorted(os.listdir(tmp_path)) == [RESULTS_FILENAME]
