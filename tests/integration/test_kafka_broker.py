@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from fedxab.broker.base import Record, Subscription
-from fedxab.broker.devbroker import DevBroker, dev_broker_available, free_port
+from fedxab.broker.devbroker import DevBroker, DevBrokerError, dev_broker_available, free_port
 from fedxab.broker.factory import make_broker
 from fedxab.broker.kafka import BrokerError, KafkaBroker
 from fedxab.config import BrokerConfig
@@ -317,3 +317,39 @@ def test_dev_broker_restarts_empty_on_the_same_port() -> None:
         current = dev._process
     assert not dev.running
     assert current is not None and current.poll() is not None
+
+
+def test_fedxab_broker_on_a_taken_port_exits_non_zero_within_5_s_naming_it(dev_broker) -> None:
+    """Issue 37: `fedxab broker --port P` with P taken (here by the session's dev broker, which
+    answers Kafka requests for P) printed "listening" and kept running while its own broker had
+    died; now it exits with status 2 and one line naming the port, within 5 s."""
+    import subprocess
+    import sys
+
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "fedxab.cli", "broker", "--port", str(dev_broker.port)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    elapsed = time.monotonic() - start
+    output = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, output
+    assert f"port {dev_broker.port} on 127.0.0.1 is already in use" in output
+    assert "listening" not in output and "Traceback" not in output
+    assert elapsed < 5, f"exited after {elapsed:.1f} s"
+
+
+def test_a_dev_broker_that_dies_is_reported_naming_its_port() -> None:
+    """What `fedxab broker` waits on: the broker's process; once it stops, an error names the
+    port and the exit status instead of waiting forever."""
+    available, reason = dev_broker_available()
+    if not available:
+        pytest.skip(f"dev broker unavailable: {reason}")
+    with DevBroker() as dev:
+        assert dev._process is not None
+        dev._process.kill()
+        with pytest.raises(DevBrokerError, match=rf"dev broker on port {dev.port} stopped \(exit"):
+            dev.watch(interval=0.05)
