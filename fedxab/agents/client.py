@@ -331,7 +331,7 @@ class ClientAgent:
 
     def _owner(self, m: int) -> Owner:
         assert self.run_ledger is not None
-        return Owner(*self.run_ledger.owner(m))
+        return Owner.of(self.run_ledger, m)
 
     async def _mirror_ledger(self) -> None:
         """Publish the releases the clients recorded since the last call (ledger topic), each
@@ -445,15 +445,10 @@ class ClientAgent:
         await self.broker.create_topics([*self.topics.values(), lobby])
         await self._to_every_client("join", 0, "join", lambda m: None)
         if self.run_ledger is not None:  # each client's budgets and data owner
-            budget, lifetime = self.run_ledger.budget, self.run_ledger.lifetime
+            budget = self.run_ledger.budget
             records = [
                 budget_record(
-                    self.run_id,
-                    m,
-                    budget,
-                    namespace=self.namespace,
-                    owner=self._owner(m),
-                    lifetime=lifetime,
+                    self.run_id, m, budget, namespace=self.namespace, owner=self._owner(m)
                 )
                 for m in self.clients
             ]

@@ -592,18 +592,20 @@ class ServerAgent:
         if self.run_ledger is None:
             return
         records = []
-        named = {"by_server": True, "namespace": self.namespace}
+        ns = self.namespace
         for m, gate in self.server.gates.items():
-            owner = Owner(*self.run_ledger.owner(m))
+            owner = Owner.of(self.run_ledger, m)
             for phase, event in gate.drain():
-                record = release_record(self.run_id, m, phase, event, owner=owner, **named)
+                record = release_record(
+                    self.run_id, m, phase, event, by_server=True, namespace=ns, owner=owner
+                )
                 sealed = self._seal_about(record, m)
                 if self.signer is not None:  # the row's evidence, as a client keeps its own
                     gate.ledger.record(self.run_id, m, phase, event, evidence=sealed)
                 records.append((str(m), sealed))
             if end:
                 rows = [(p, r, e) for p, r, _, e in self.run_ledger.ledger.history(self.run_id, m)]
-                record = end_record(self.run_id, m, rows, **named)
+                record = end_record(self.run_id, m, rows, by_server=True, namespace=ns)
                 records.append((str(m), self._seal_about(record, m)))
         await self.broker.publish_many(self.topics["ledger"], records)
 
@@ -617,8 +619,7 @@ class ServerAgent:
                 run_ledger.budget,
                 by_server=True,
                 namespace=self.namespace,
-                owner=Owner(*run_ledger.owner(m)),
-                lifetime=run_ledger.lifetime,
+                owner=Owner.of(run_ledger, m),
             )
             records.append((str(m), self._seal_about(record, m)))
         await self.broker.publish_many(self.topics["ledger"], records)

@@ -8,13 +8,15 @@ release), so duplicated records (at-least-once delivery, a restarted client publ
 change nothing.
 
 One record = one :class:`~fedxab.broker.codec.Envelope` of kind ``"ledger"`` whose payload is
-``{"entry": "release", "phase", "release", "event": {...}, "owner", "objective"}``,
-``{"entry": "budget", "epsilon", "delta", "owner", "objective", "lifetime"}`` or, once the
-client has seen the run's end, ``{"entry": "end", "releases", "digest"}``; every one also names
-the run's ``namespace``. The client is the envelope's sender (and the record key, so one client's
-records keep their order). ``owner`` and ``objective`` name the client's data owner and the
-objective setting (:meth:`~fedxab.privacy.ledger.PrivacyLedger.set_owner`), so a rebuilt ledger
-keeps its owners and their lifetime budgets (``lifetime``: ``[epsilon, delta]`` or None). Under
+``{"entry": "release", "phase", "release", "event": {...}, ...}``, ``{"entry": "budget",
+"epsilon", "delta", ...}`` or, once the client has seen the run's end, ``{"entry": "end",
+"releases", "digest"}``; every one also names the run's ``namespace``. The client is the
+envelope's sender (and the record key, so one client's records keep their order). Releases and
+budgets also say what they are charged to (:class:`Owner`): the client's data owner and objective
+setting (:meth:`~fedxab.privacy.ledger.PrivacyLedger.set_owner`), the owner's lifetime budget
+(``lifetime``: ``[epsilon, delta]`` or None) and the delta and accountant the run is accounted at
+(``run_delta``, ``accountant``: :meth:`~fedxab.privacy.ledger.PrivacyLedger.set_run`), so a
+rebuilt ledger keeps all of them, and every row's evidence signs them. Under
 central DP the server releases and records for every client: its records are sent as
 ``"server"`` and name the client in the payload (``"client"``).
 
@@ -63,17 +65,21 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Broker, Record, topic_name
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.factory import make_broker
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.privacy.accountants import ACCOUNTANTS
 from fedxab.privacy.ledger import Budget, LedgerError, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
 from fedxab.security.agents import keyring_in, open_record, verifier_in
 from fedxab.security.signing import HmacSigner, Opened, SignatureError, Signer
+
+if TYPE_CHECKING:
+    from fedxab.privacy.run_ledger import RunLedger
 
 __all__ = [
     "HOSTILE",
@@ -115,12 +121,23 @@ _NAMED = 20  # hostile records named in full per rebuild; the rest are counted
 
 @dataclass(frozen=True)
 class Owner:
-    """A client's data owner and the objective setting it evaluates, as its records name them
-    (:func:`~fedxab.privacy.run_ledger.data_owner`,
-    :func:`~fedxab.privacy.run_ledger.objective_digest`)."""
+    """What a client's releases are charged to, as its records name it: its data owner and the
+    objective setting it evaluates (:func:`~fedxab.privacy.run_ledger.data_owner`,
+    :func:`~fedxab.privacy.run_ledger.objective_digest`), the owner's lifetime budget, and the
+    delta and accountant the run is accounted at (None: not named)."""
 
     name: str
     objective: str
+    lifetime: Budget | None = None
+    delta: float | None = None
+    accountant: str | None = None
+
+    @classmethod
+    def of(cls, run_ledger: RunLedger, client: int) -> Owner:
+        """Client ``client``'s, in the run ``run_ledger`` accounts."""
+        name, objective = run_ledger.owner(client)
+        accountant = run_ledger.ledger.accountant.name
+        return cls(name, objective, run_ledger.lifetime, run_ledger.delta, accountant)
 
 
 def releases_digest(rows: Iterable[tuple[int, int, PrivacyEvent]]) -> str:
@@ -154,7 +171,16 @@ def _record(
 
 
 def _owner_fields(owner: Owner | None) -> dict[str, Any]:
-    return {} if owner is None else {"owner": owner.name, "objective": owner.objective}
+    if owner is None:
+        return {}
+    lifetime = owner.lifetime
+    return {
+        "owner": owner.name,
+        "objective": owner.objective,
+        "lifetime": None if lifetime is None else [lifetime.epsilon, lifetime.delta],
+        "run_delta": owner.delta,
+        "accountant": owner.accountant,
+    }
 
 
 def release_record(
@@ -182,15 +208,13 @@ def budget_record(
     by_server: bool = False,
     namespace: str = DEFAULT_NAMESPACE,
     owner: Owner | None = None,
-    lifetime: Budget | None = None,
 ) -> bytes:
-    """The ledger-topic record of a client's budget for the run (None: none) and, with
-    ``owner``, its data owner and the owner's ``lifetime`` budget."""
+    """The ledger-topic record of a client's budget for the run (None: none) and what its
+    releases are charged to (``owner``)."""
     body: dict[str, Any] = {
         "entry": "budget",
         "epsilon": None if budget is None else budget.epsilon,
         "delta": None if budget is None else budget.delta,
-        "lifetime": None if lifetime is None else [lifetime.epsilon, lifetime.delta],
     }
     body |= _owner_fields(owner)
     return _record(run_id, client, 0, "budget", body, by_server, namespace)
@@ -275,7 +299,6 @@ class Entry:
     release: int = 0
     event: PrivacyEvent | None = None
     budget: Budget | None = None
-    lifetime: Budget | None = None
     owner: Owner | None = None
     releases: int = 0
     digest: str = ""
@@ -305,7 +328,14 @@ def _owner_of(body: Mapping[str, Any]) -> Owner | None:
         raise ProtocolError("'owner' and 'objective' must be strings (owner: 1 to 256 chars)")
     if len(objective) > 256:
         raise ProtocolError("'objective' must be at most 256 chars")
-    return Owner(name, objective)
+    delta, accountant = body.get("run_delta"), body.get("accountant")
+    if (delta is None) != (accountant is None):
+        raise ProtocolError("'run_delta' and 'accountant' come together")
+    if accountant is not None and accountant not in ACCOUNTANTS:
+        raise ProtocolError(f"unknown accountant {accountant!r:.40}")
+    if delta is not None:
+        delta = Budget(1.0, float(delta)).delta  # a delta in (0, 1]
+    return Owner(name, objective, _budget_of(body.get("lifetime")), delta, accountant)
 
 
 def _budget_of(value: Any) -> Budget | None:
@@ -370,14 +400,12 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
         if entry == "budget":
             epsilon, delta = body.get("epsilon"), body.get("delta")
             budget = None if epsilon is None else Budget(float(epsilon), float(delta))  # type: ignore[arg-type]
-            lifetime, owner = _budget_of(body.get("lifetime")), _owner_of(body)
             return Entry(
                 client,
                 entry,
                 by_server,
                 budget=budget,
-                lifetime=lifetime,
-                owner=owner,
+                owner=_owner_of(body),
                 namespace=namespace_of,
                 session=session,
             )
@@ -403,17 +431,19 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
 def _write(ledger: PrivacyLedger, run_id: str, entry: Entry, evidence: bytes | None) -> None:
     """Record ``entry`` (a release or a budget) in ``ledger``; LedgerError if it contradicts
     what is recorded."""
-    if entry.owner is not None:
-        ledger.set_owner(run_id, entry.client, entry.owner.name, entry.owner.objective)
+    owner = entry.owner
+    if owner is not None:
+        ledger.set_owner(run_id, entry.client, owner.name, owner.objective)
+        if owner.delta is not None and owner.accountant is not None:
+            ledger.set_run(run_id, owner.delta, owner.accountant)
+        if owner.lifetime is not None:
+            ledger.set_lifetime_budget(owner.name, owner.lifetime)
     if entry.event is not None:
         ledger.record(
             run_id, entry.client, entry.phase, entry.event, entry.release, evidence=evidence
         )
-        return
-    if entry.budget is not None:
+    elif entry.budget is not None:
         ledger.set_budget(run_id, entry.client, entry.budget)
-    if entry.lifetime is not None and entry.owner is not None:
-        ledger.set_lifetime_budget(entry.owner.name, entry.lifetime)
 
 
 def _complete(ledger: PrivacyLedger, run_id: str, entry: Entry) -> bool:

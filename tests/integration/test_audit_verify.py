@@ -315,9 +315,14 @@ def test_lifetime_audit_of_two_signed_kafka_runs_with_public_keys_alone(dev_brok
         )
         db.execute("UPDATE owners SET owner='client-9/elsewhere' WHERE run=? AND client=3",
                    (runs[0],))  # fmt: skip
+        db.execute("UPDATE lifetime_budgets SET delta=0.5 WHERE owner=?", (owners[0],))
+        db.execute("UPDATE runs SET delta=0.5 WHERE run=?", (runs[0],))
     failed = runner.invoke(app, ["audit", str(audited), "--lifetime", "--verify", public])
     assert failed.exit_code == 2
     text = " ".join(failed.output.split())
     assert f"run {runs[1]}, client 2, phase 1, release 0: the evidence is another record" in text
     assert f"run {runs[0]}, client 3, phase 1, release 0: data owner" in text
     assert "client-9/elsewhere" in text
+    edited = "the ledger's Budget(epsilon=50.0, delta=0.5) is signed by none of its records"
+    assert f"lifetime budget of data owner '{owners[0]}': {edited}" in text
+    assert f"run {runs[0]}, client 0, phase 1, release 0: run accounting" in text
