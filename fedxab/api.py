@@ -13,7 +13,8 @@ processes or machines). The results are the same on every transport.
   ``x = client.ask()`` ... ``client.tell(x, y)``, like Optuna's ask/tell.
 
 A user's objective is a callable on one point (a 1-D float array; ``vectorized=True``: on an
-(n, d) batch) returning a finite real number, to maximise or (``direction="minimize"``) minimise.
+(n, d) batch), or on named typed parameters (``space=``: a dict, or an Optuna-style trial),
+returning a finite real number, to maximise or (``direction="minimize"``) minimise.
 Pass one callable per client, or one callable for all; a callable with a ``client_id``
 parameter is given each client's id.
 """
@@ -34,41 +35,57 @@ from fedxab.objectives.user import IN_CODE
 from fedxab.results import RunResults
 from fedxab.run.assembly import Functions
 from fedxab.run.outcome import ClientOutcome
+from fedxab.space import as_space
 
 __all__ = ["AskTellClient", "federate", "host_clients", "make_config", "serve"]
 
 
 def make_config(
-    domain: Sequence[Sequence[float]] | np.ndarray,
+    domain: Sequence[Sequence[float]] | np.ndarray | None = None,
     *,
     clients: int,
     budget: int,
+    space: Any = None,
     algorithm: str = "fedpne",
     params: Mapping[str, Any] | None = None,
     seed: int = 0,
     repeats: int = 1,
     direction: str = "maximize",
     vectorized: bool = False,
+    deterministic: bool = False,
+    style: str = "auto",
+    kwargs: Mapping[str, Any] | None = None,
     function: str = IN_CODE,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Config:
     """The config of a federated job on a user's objective: ``clients`` clients, each with
-    ``budget`` evaluations on ``domain`` (``[lower, upper]`` per dimension), optimised with
-    ``algorithm`` and its ``params``. ``function`` names the objective for client processes
-    (``package.module:function``); the default says it is passed in code. ``sections`` adds
-    further config sections (``{"privacy": {...}, "agents": {...}, "broker": {...}}``).
+    ``budget`` evaluations on ``domain`` (``[lower, upper]`` per dimension) or on the typed
+    parameters of ``space`` (a :class:`~fedxab.space.SearchSpace`, or a dict of
+    ``fedxab.Float``/``Int``/``Categorical`` or Optuna distributions), optimised with
+    ``algorithm`` and its ``params``. ``deterministic``: each distinct point is evaluated once
+    per client; ``style``: how a function over a space is called ("auto", "params", "trial");
+    ``kwargs``: keyword arguments of every call. ``function`` names the objective for client
+    processes (``package.module:function``); the default says it is passed in code.
+    ``sections`` adds further config sections (``{"privacy": {...}, "agents": {...}}``).
     Every value is checked here, with errors naming the config field."""
+    objective: dict[str, Any] = {
+        "function": function,
+        "direction": direction,
+        "vectorized": vectorized,
+        "deterministic": deterministic,
+        "style": style,
+        "kwargs": dict(kwargs or {}),
+    }
+    if domain is not None:
+        objective["domain"] = np.asarray(domain, dtype=float).tolist()
     data: dict[str, Any] = {
         "run": {"seed": seed, "repeats": repeats, "budget": budget},
-        "objective": {
-            "function": function,
-            "domain": np.asarray(domain, dtype=float).tolist(),
-            "direction": direction,
-            "vectorized": vectorized,
-        },
+        "objective": objective,
         "algorithm": {"name": algorithm, **dict(params or {})},
         "federation": {"clients": clients},
     }
+    if space is not None:
+        data["space"] = as_space(space).to_dict()
     for name, table in (sections or {}).items():
         data[name] = {**data.get(name, {}), **dict(table)}
     return config_from_dict(data)
@@ -92,9 +109,10 @@ def _clients_of(objectives: Functions, clients: int | None) -> int:
 
 def federate(
     objectives: Functions,
-    domain: Sequence[Sequence[float]] | np.ndarray,
+    domain: Sequence[Sequence[float]] | np.ndarray | None = None,
     *,
     budget: int,
+    space: Any = None,
     clients: int | None = None,
     algorithm: str = "fedpne",
     params: Mapping[str, Any] | None = None,
@@ -102,25 +120,37 @@ def federate(
     repeats: int = 1,
     direction: str = "maximize",
     vectorized: bool = False,
+    deterministic: bool = False,
+    style: str = "auto",
+    kwargs: Mapping[str, Any] | None = None,
     broker: str = "inprocess://",
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunResults:
     """Federate the clients' own ``objectives`` with ``algorithm``, every party in this process.
 
     ``objectives``: one callable per client, or one for all (then ``clients`` is required).
-    ``broker``: ``inprocess://`` (default), ``memory://`` or ``kafka://HOST:PORT``. Returns the
-    results of ``repeats`` runs (seeds ``seed, seed + 1, ...``): per run the server's
-    recommendation and, per client, what it observed (``runs[k].clients``)."""
+    The search: a box ``domain`` (the function gets a 1-D array) or typed parameters ``space``
+    (``{"lr": fedxab.Float(1e-4, 1e-1, log=True), ...}``: the function gets the parameters as
+    a dict, or, for ``def objective(trial)``, an Optuna-style trial; ``style`` forces one).
+    ``deterministic``: the function gives the same value for the same parameters, so each
+    client evaluates each distinct parameter set once. ``broker``: ``inprocess://`` (default),
+    ``memory://`` or ``kafka://HOST:PORT``. Returns the results of ``repeats`` runs (seeds
+    ``seed, seed + 1, ...``): per run the server's recommendation and, per client, what it
+    observed (``runs[k].clients``; with a space also by name, ``runs[k].best_params``)."""
     config = make_config(
         domain,
         clients=_clients_of(objectives, clients),
         budget=budget,
+        space=space,
         algorithm=algorithm,
         params=params,
         seed=seed,
         repeats=repeats,
         direction=direction,
         vectorized=vectorized,
+        deterministic=deterministic,
+        style=style,
+        kwargs=kwargs,
         sections={**(sections or {}), "broker": {"url": broker}},
     )
     return run_job(config, functions=objectives)

@@ -279,6 +279,18 @@ def _fmt_point(x: np.ndarray, limit: int = 4) -> str:
     return f"[{shown}{', …' if len(coords) > limit else ''}]"
 
 
+def _fmt_at(run, x: np.ndarray) -> str:
+    """A point of ``run``: its parameters by name in the user's units when the run has a
+    typed space, else its coordinates."""
+    params = run.params(x)
+    if params is None:
+        return _fmt_point(x)
+    return ", ".join(
+        f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+        for name, value in params.items()
+    )
+
+
 def _summary_table(results) -> Table:
     """Per run and mean/std: evaluations, regrets, recommendation, wall time.
 
@@ -313,7 +325,7 @@ def _summary_table(results) -> Table:
             _fmt(r.final_cumulative_regret, 3),
             second,
             _fmt(r.simple_regret, 5),
-            _fmt_point(r.recommendation),
+            _fmt_at(r, r.recommendation),
             f"{r.wall_time_s:.2f}",
         )
     if len(results.runs) > 1:
@@ -364,8 +376,8 @@ def _clients_table(results) -> Table | None:
             str(c.client),
             f"{c.evaluations:,}",
             _fmt(c.best_value, 6),
-            "-" if c.best_point is None else _fmt_point(c.best_point),
-            "-" if c.recommendation is None else _fmt_point(c.recommendation),
+            "-" if c.best_point is None else _fmt_at(run, c.best_point),
+            "-" if c.recommendation is None else _fmt_at(run, c.recommendation),
         )
     rest = [c.best_value for c in run.clients[_CLIENT_ROWS:] if c.best_value is not None]
     if rest:

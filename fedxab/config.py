@@ -80,6 +80,7 @@ from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
 from fedxab.objectives.registry import make_objective
 from fedxab.privacy.accountants import ACCOUNTANTS, DEFAULT_TIMEOUT_S
+from fedxab.space import SearchSpace
 from fedxab.validation import check_choice, check_positive
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "RunConfig",
     "Section",
     "SecurityConfig",
+    "SpaceConfig",
     "config_from_dict",
     "default_config",
     "load_config",
@@ -322,8 +324,31 @@ class NoiseConfig:
 
 DIRECTIONS = ("maximize", "minimize")
 
-_USER_OBJECTIVE_KEYS = ("function", "domain", "direction", "vectorized")
+_USER_OBJECTIVE_KEYS = (
+    "function",
+    "domain",
+    "direction",
+    "vectorized",
+    "deterministic",
+    "style",
+    "kwargs",
+)
 """``[objective]`` keys of a user's own objective (:mod:`fedxab.objectives.user`)."""
+
+_USER_DEFAULTS: dict[str, Any] = {
+    "domain": None,
+    "direction": "maximize",
+    "vectorized": False,
+    "deterministic": False,
+    "style": "auto",
+    "kwargs": {},
+}
+"""The defaults of the user-objective keys (a built-in objective takes none of them)."""
+
+STYLES = ("auto", "params", "trial")
+"""How a user's function over a ``[space]`` is called: given the parameters as a dict
+(``params``), an Optuna-style trial (``trial``), or chosen from its first parameter's name
+(``auto``: ``trial`` if that name is ``trial``, else ``params``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,9 +357,12 @@ class ObjectiveConfig:
     function, and the noise model.
 
     A user's own objective names a Python callable, ``function = "package.module:function"``,
-    with its ``domain`` (a list of ``[lower, upper]`` pairs), its ``direction`` ("maximize", the
-    default, or "minimize") and ``vectorized`` (the function takes the whole (n, d) batch); any
-    further key is passed to the function as a keyword argument. The function is imported only
+    with its ``domain`` (a list of ``[lower, upper]`` pairs) or a typed ``[space]``, its
+    ``direction`` ("maximize", the default, or "minimize"), ``vectorized`` (the function takes
+    the whole (n, d) batch), ``deterministic`` (the same parameters always give the same value:
+    each is evaluated once per client), ``style`` (:data:`STYLES`) and ``kwargs`` (the
+    ``[objective.kwargs]`` table: keyword arguments of every call). Any other key is an error
+    naming it (a mistyped ``directon`` must not reach the function). The function is imported only
     by the processes that evaluate it, the clients: a server never needs it
     (:func:`fedxab.objectives.user.load_function`). Its noise model defaults to "none" (a
     user's black box is its own noise).
@@ -353,6 +381,14 @@ class ObjectiveConfig:
     """Whether a user's objective is to be maximised or minimised."""
     vectorized: bool = False
     """Whether a user's function takes the whole (n, d) batch rather than one point."""
+    deterministic: bool = False
+    """Whether a user's function gives the same value for the same parameters: a client then
+    evaluates each distinct point (each distinct parameter set of a ``[space]``) once, and
+    answers repeats from what it observed (:mod:`fedxab.objectives.user`)."""
+    style: str = "auto"
+    """How a function over a ``[space]`` is called (:data:`STYLES`)."""
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``[objective.kwargs]``: keyword arguments of every call of a user's function."""
 
     def __post_init__(self) -> None:
         _coerce("objective.name", self.name, str)
@@ -362,9 +398,18 @@ class ObjectiveConfig:
         _coerce("objective.function", self.function, str | None)
         check_choice("objective.direction", self.direction, DIRECTIONS)
         _coerce("objective.vectorized", self.vectorized, bool)
+        _coerce("objective.deterministic", self.deterministic, bool)
+        check_choice("objective.style", self.style, STYLES)
+        if not isinstance(self.kwargs, Mapping):
+            raise ConfigError(
+                "objective.kwargs",
+                f"expected a table of keyword arguments ([objective.kwargs]), got "
+                f"{_describe(self.kwargs)}",
+            )
+        object.__setattr__(self, "kwargs", _frozen_params("objective.kwargs", self.kwargs))
         if self.function is None:
-            for key in ("domain", "direction", "vectorized"):
-                if getattr(self, key) != getattr(ObjectiveConfig, key):
+            for key in ("domain", "direction", "vectorized", "deterministic", "style", "kwargs"):
+                if getattr(self, key) != _USER_DEFAULTS[key]:
                     raise ConfigError(
                         f"objective.{key}",
                         f"applies to a user's own objective (objective.function) only; built-in "
@@ -374,14 +419,17 @@ class ObjectiveConfig:
         from fedxab.objectives.user import check_function_spec
 
         check_function_spec(self.function, "objective.function")
-        if self.domain is None:
+        if self.params:
+            key = next(iter(self.params))
             raise ConfigError(
-                "objective.domain",
-                "missing: a user's objective needs its search box, e.g. "
-                "domain = [[0.0, 1.0], [-5.0, 5.0]] (one [lower, upper] pair per dimension)",
+                f"objective.{key}",
+                f"unknown key for a user's objective{_did_you_mean(key, _USER_OBJECTIVE_KEYS)}; "
+                "allowed: name, noise, " + ", ".join(_USER_OBJECTIVE_KEYS) + ". Keyword "
+                "arguments of the function go in their own table, [objective.kwargs]",
             )
-        bounds = as_domain(self.domain, "objective.domain")
-        object.__setattr__(self, "domain", tuple((float(a), float(b)) for a, b in bounds))
+        if self.domain is not None:
+            bounds = as_domain(self.domain, "objective.domain")
+            object.__setattr__(self, "domain", tuple((float(a), float(b)) for a, b in bounds))
 
     @property
     def is_user(self) -> bool:
@@ -409,7 +457,43 @@ class ObjectiveConfig:
             data["domain"] = [list(pair) for pair in self.domain or ()]
             data["direction"] = self.direction
             data["vectorized"] = self.vectorized
+            if self.domain is None:
+                del data["domain"]
+            if self.deterministic:
+                data["deterministic"] = True
+            if self.style != "auto":
+                data["style"] = self.style
+            if self.kwargs:
+                data["kwargs"] = _plain(self.kwargs)
         return data
+
+
+def _did_you_mean(key: str, allowed: tuple[str, ...]) -> str:
+    """`` (did you mean 'direction'?)`` for a near miss of one of ``allowed``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceConfig:
+    """``[space]``: the typed parameters of a user's objective, one table per parameter,
+    ``lr = {type = "float", low = 1e-4, high = 0.1, log = true}``, ``depth = {type = "int",
+    low = 1, high = 8}``, ``kind = {type = "categorical", choices = ["a", "b"]}``
+    (:mod:`fedxab.space`). Every algorithm then searches the unit box of its encoding, and the
+    function is given the decoded parameters by name."""
+
+    SECTION: ClassVar[str] = "space"
+
+    space: SearchSpace
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> SpaceConfig:
+        return cls(SearchSpace.from_dict(_as_table(cls.SECTION, table)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.space.to_dict()
 
 
 def _default_algorithm_params() -> Mapping[str, Any]:
@@ -840,8 +924,11 @@ class Config:
     """Federated runs: message authentication (defaults, off, if not given); None otherwise."""
     privacy: PrivacyConfig | None = None
     """Private algorithms (e.g. dpfedpne): accounting and budgets; None otherwise."""
+    space: SpaceConfig | None = None
+    """A user's objective: its typed parameters (instead of ``[objective] domain``)."""
 
     def __post_init__(self) -> None:
+        self._check_space()
         name_ = self.algorithm.name
         for name, cls in _OPTIONAL_SECTIONS.items():
             value = getattr(self, name)
@@ -872,11 +959,54 @@ class Config:
                 'its own function: use heterogeneity = "none" (or leave it out)',
             )
 
+    def _check_space(self) -> None:
+        objective = self.objective
+        if self.space is not None and not isinstance(self.space, SpaceConfig):
+            raise ConfigError("space", f"expected a SpaceConfig, got {self.space!r}")
+        if not objective.is_user:
+            if self.space is not None:
+                raise ConfigError(
+                    "space",
+                    f"applies to a user's own objective (objective.function) only; built-in "
+                    f"objective {objective.name!r} has its own domain; remove [space]",
+                )
+            return
+        if self.space is not None and objective.domain is not None:
+            raise ConfigError(
+                "objective.domain",
+                "give either a box (objective.domain) or typed parameters ([space]), not both",
+            )
+        if self.space is None and objective.domain is None:
+            raise ConfigError(
+                "objective.domain",
+                "missing: a user's objective needs its search box, e.g. "
+                "domain = [[0.0, 1.0], [-5.0, 5.0]] (one [lower, upper] pair per dimension), "
+                'or typed parameters in a [space] table, e.g. lr = {type = "float", ...}',
+            )
+        if self.space is None and objective.style == "trial":
+            raise ConfigError(
+                "objective.style",
+                '"trial" needs typed parameters: a [space] table (or space= in code)',
+            )
+        if self.space is not None and objective.vectorized:
+            raise ConfigError(
+                "objective.vectorized",
+                "a function over typed parameters ([space]) takes one parameter set per call; "
+                "remove vectorized",
+            )
+
+    @property
+    def search_space(self) -> SearchSpace | None:
+        """The typed parameters of ``[space]``, or None for a box."""
+        return None if self.space is None else self.space.space
+
     @functools.cached_property
     def domain(self) -> np.ndarray:
-        """The search box of the run, shape (d, 2): a user objective's ``domain``, or the
-        built-in objective's own (built once to read it)."""
+        """The search box of the run, shape (d, 2): the unit box of a ``[space]``, a user
+        objective's ``domain``, or the built-in objective's own (built once to read it)."""
         objective = self.objective
+        if self.space is not None:
+            return self.space.space.domain
         if objective.domain is not None:
             return as_domain(objective.domain, "objective.domain")
         return make_objective(objective.name, **dict(objective.params)).domain
@@ -967,7 +1097,9 @@ otherwise: name -> section class."""
 
 def _sections() -> dict[str, Any]:
     return {
-        f.name: _OPTIONAL_SECTIONS[f.name]
+        f.name: SpaceConfig
+        if f.name == "space"
+        else _OPTIONAL_SECTIONS[f.name]
         if f.default_factory is dataclasses.MISSING
         else f.default_factory
         for f in dataclasses.fields(Config)
@@ -1029,7 +1161,7 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
             cls.from_table(data[name])
             if name in data
             else None
-            if name in _OPTIONAL_SECTIONS
+            if name in _OPTIONAL_SECTIONS or name == "space"
             else cls()
         )
         for name, cls in sections.items()

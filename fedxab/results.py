@@ -23,6 +23,9 @@ Layout (schema ``fedxab.results/1``)::
          "clients": [{"client", "evaluations", "best_value", "best_point",   # federated:
                       "rounds", "best_so_far", "recommendation"}, ...],     # what each client
                                                        # observed, in the user's direction
+         # with a typed [space] (config "space"): the points decoded, by name, in user units:
+         "recommendation_params": {...},               # and per client "best_params" and
+                                                       # "recommendation_params" (or null)
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
          "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
                      "epsilon": [per client], "releases": [per client],
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import logging
 import math
@@ -69,9 +73,10 @@ from typing import Any
 
 import numpy as np
 
-from fedxab.errors import FedxabError
+from fedxab.errors import ConfigError, FedxabError
 from fedxab.private_files import private_dir, write_atomically
 from fedxab.run.outcome import ClientOutcome
+from fedxab.space import SearchSpace
 
 __all__ = [
     "COMMUNICATION_COUNTERS",
@@ -160,6 +165,29 @@ class RunRecord:
     (:class:`~fedxab.run.outcome.ClientOutcome`: best observed value and point, best-so-far
     curve, own recommendation), by client id; the deployment results, known without any
     optimum. On a broker, clients that never sent theirs are missing."""
+    space: SearchSpace | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The run's typed parameters (the config's ``[space]``), which decode its points: set by
+    :class:`RunResults` from its config; None on a box."""
+
+    def params(self, point: np.ndarray | None) -> dict[str, Any] | None:
+        """``point`` of the search box as named parameters in the user's units (None without a
+        space or a point)."""
+        if self.space is None or point is None:
+            return None
+        return self.space.decode(point)
+
+    @property
+    def recommendation_params(self) -> dict[str, Any] | None:
+        """The server's recommendation as named parameters (with a ``[space]``)."""
+        return self.params(self.recommendation)
+
+    @property
+    def best_params(self) -> dict[int, dict[str, Any] | None] | None:
+        """Per client id: where it observed its best value, as named parameters (with a
+        ``[space]``; None for a client without an evaluation)."""
+        if self.space is None or self.clients is None:
+            return None
+        return {c.client: self.params(c.best_point) for c in self.clients}
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -220,8 +248,17 @@ class RunRecord:
             d["local_simple_regret"] = _list_or_none(self.local_simple_regret)
         if self.regret_coverage is not None:
             d["regret_coverage"] = _plain_json(self.regret_coverage)
+        if self.space is not None:
+            d["recommendation_params"] = _plain_json(self.recommendation_params)
         if self.clients is not None:
-            d["clients"] = [outcome.to_dict() for outcome in self.clients]
+            d["clients"] = [self._client_dict(outcome) for outcome in self.clients]
+        return d
+
+    def _client_dict(self, outcome: ClientOutcome) -> dict[str, Any]:
+        d = outcome.to_dict()
+        if self.space is not None:
+            d["best_params"] = _plain_json(self.params(outcome.best_point))
+            d["recommendation_params"] = _plain_json(self.params(outcome.recommendation))
         return d
 
     @classmethod
@@ -286,6 +323,10 @@ def _run_id(value: Any, where: str) -> str | None:
     return value
 
 
+_DECODED = ("best_params", "recommendation_params")
+"""Fields of a client's results that :class:`RunRecord` computes from its points."""
+
+
 def _client_outcomes(value: Any, where: str) -> tuple[ClientOutcome, ...] | None:
     """A run's ``clients`` block as read, or None (files written before it still load)."""
     if value is None:
@@ -294,6 +335,8 @@ def _client_outcomes(value: Any, where: str) -> tuple[ClientOutcome, ...] | None
         raise ResultsError(f"{where}: 'clients' must be a list of client outcomes")
     outcomes = []
     for k, item in enumerate(value):
+        if isinstance(item, Mapping):  # the named parameters are decoded again on reading
+            item = {n: v for n, v in item.items() if n not in _DECODED}
         try:
             outcomes.append(ClientOutcome.from_dict(item))
         except (TypeError, ValueError) as exc:
@@ -452,6 +495,23 @@ class RunResults:
     fedxab_version: str = dataclasses.field(default_factory=_version)
     source: Path | None = None
     """The file these results were loaded from, if any (not written to the file)."""
+
+    def __post_init__(self) -> None:
+        space = self.space
+        if space is not None:  # every run decodes its points with the config's space
+            runs = tuple(dataclasses.replace(r, space=space) for r in self.runs)
+            object.__setattr__(self, "runs", runs)
+
+    @functools.cached_property
+    def space(self) -> SearchSpace | None:
+        """The typed parameters of the config's ``[space]``, or None (a box)."""
+        table = self.config.get("space") if isinstance(self.config, Mapping) else None
+        if not table:
+            return None
+        try:
+            return SearchSpace.from_dict(table)
+        except ConfigError as exc:
+            raise ResultsError(f"config.{exc}") from None
 
     @property
     def summary(self) -> dict[str, Any]:

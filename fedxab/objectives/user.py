@@ -14,17 +14,24 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, EvaluationError, FedxabError, one_line
+from fedxab.objectives.trial import SpaceMismatchError, call_with_trial
 from fedxab.objectives.wrap import FunctionObjective
+from fedxab.space import SearchSpace
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "IN_CODE",
+    "ObjectiveFailedError",
+    "UserCall",
     "check_function_spec",
     "load_function",
     "to_user_value",
@@ -96,12 +103,17 @@ def user_objectives(
     vectorized: bool = False,
     kwargs: Mapping[str, Any] | None = None,
     name: str | None = None,
+    space: SearchSpace | None = None,
+    style: str = "auto",
+    deterministic: bool = False,
 ) -> dict[int, FunctionObjective]:
     """Client id -> its objective (maximised), for the clients ``client_ids``.
 
     ``functions`` is one callable per client (indexed by client id), or one callable for all;
     a callable with a ``client_id`` parameter is given each client's id. ``kwargs`` are further
-    keyword arguments of every call (a config's extra ``[objective]`` keys).
+    keyword arguments of every call (a config's ``[objective.kwargs]``). With a ``space`` the
+    objective searches its unit box (``domain`` is ignored) and the function is given the
+    decoded parameters (:class:`UserCall`).
     """
     minimize = direction == "minimize"
     objectives = {}
@@ -114,15 +126,144 @@ def user_objectives(
         bound = dict(kwargs or {})
         if takes_client_id(fn):
             bound["client_id"] = m
-        call = functools.partial(fn, **bound) if bound else fn
+        call = UserCall(
+            fn,
+            m,
+            bound=bound,
+            space=space,
+            style=resolve_style(fn, style) if space is not None else "point",
+            vectorized=vectorized,
+            deterministic=deterministic,
+        )
         label = name or getattr(fn, "__name__", "function")
         objectives[m] = FunctionObjective(
             _negated(call) if minimize else call,
-            domain,
+            domain if space is None else space.domain,
             vectorized=vectorized,
             name=f"{label}[client {m}]",
         )
     return objectives
+
+
+def resolve_style(fn: Callable[..., Any], style: str) -> str:
+    """``"trial"`` or ``"params"``: how ``fn`` over a typed space is called. ``"auto"`` reads
+    ``fn``'s first parameter: named ``trial`` (Optuna's convention) means a trial, anything
+    else the parameters as a dict."""
+    if style != "auto":
+        return style
+    try:
+        first = next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):  # a builtin without a signature
+        first = None
+    return "trial" if first == "trial" else "params"
+
+
+class ObjectiveFailedError(EvaluationError):
+    """The user's function raised: one line naming the client, the parameters and the
+    exception (the traceback is logged). ``original`` is the exception raised (None once
+    pickled across processes). The run stops, on a broker too (:class:`EvaluationError`)."""
+
+    def __init__(self, client: int, message: str, original: BaseException | None = None) -> None:
+        super().__init__(client, message)
+        self.original = original
+
+
+class UserCall:
+    """Client ``client``'s calls of the user's function ``fn``, on points of the search box.
+
+    - ``style``: ``"point"`` (a box: ``fn(x)``, ``x`` a 1-D array, or the (n, d) batch when
+      ``vectorized``), ``"params"`` (``fn({"lr": ..., ...})``, the point decoded by ``space``)
+      or ``"trial"`` (``fn(trial)``, :mod:`fedxab.objectives.trial`);
+    - ``deterministic``: the function is called once per distinct point (a box) or distinct
+      parameter set (a space: :meth:`SearchSpace.key`); a repeat is answered with the value
+      observed, at no call. :attr:`calls` counts the calls of ``fn``;
+    - an exception raised by ``fn`` becomes an :class:`ObjectiveFailedError`, one line naming
+      the client, the parameters and the exception; its traceback goes to the log.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        client: int,
+        *,
+        bound: Mapping[str, Any],
+        space: SearchSpace | None,
+        style: str,
+        vectorized: bool,
+        deterministic: bool,
+    ) -> None:
+        self.fn = fn
+        self.client = client
+        self.bound = dict(bound)
+        self.space = space
+        self.style = style
+        self.vectorized = vectorized
+        self.cache: dict[Any, Any] | None = {} if deterministic else None
+        self.calls = 0
+        """Calls of the user's function so far (rows of a vectorized batch: one each)."""
+        self.__name__ = getattr(fn, "__name__", "function")
+
+    def key(self, x: np.ndarray) -> Any:
+        """What identifies ``x``'s evaluation: its parameters, or the point's bytes."""
+        return self.space.key(x) if self.space is not None else np.asarray(x, float).tobytes()
+
+    def __call__(self, x: np.ndarray) -> Any:
+        if self.vectorized:
+            return self._batch(x)
+        if self.cache is None:
+            return self._call(x)
+        key = self.key(x)
+        if key not in self.cache:
+            self.cache[key] = self._call(x)
+        return self.cache[key]
+
+    def _batch(self, X: np.ndarray) -> Any:
+        if self.cache is None:
+            return self._call(X, rows=X.shape[0])
+        keys = [self.key(row) for row in X]
+        first: dict[Any, int] = {}  # each new key's first row
+        for i, k in enumerate(keys):
+            if k not in self.cache and k not in first:
+                first[k] = i
+        new = list(first.values())
+        if new:
+            values = np.asarray(self._call(X[new], rows=len(new)), dtype=float).reshape(-1)
+            if values.shape[0] != len(new):  # FunctionObjective names the wrong count
+                return values
+            self.cache.update((keys[i], v) for i, v in zip(new, values, strict=True))
+        return np.array([self.cache[k] for k in keys])
+
+    def describe(self, x: np.ndarray) -> str:
+        """The parameters of ``x`` as the user knows them."""
+        if self.space is not None:
+            return repr(self.space.decode(x))
+        return np.array2string(np.asarray(x, dtype=float), separator=", ", threshold=20)
+
+    def _call(self, x: np.ndarray, rows: int = 1) -> Any:
+        number = self.calls
+        self.calls += rows
+        try:
+            if self.style == "params":
+                assert self.space is not None
+                return self.fn(self.space.decode(x), **self.bound)
+            if self.style == "trial":
+                assert self.space is not None
+                call = functools.partial(self.fn, **self.bound) if self.bound else self.fn
+                return call_with_trial(call, self.space, self.space.decode(x), number)
+            return self.fn(x.copy(), **self.bound)
+        except SpaceMismatchError as exc:  # a config error, found at this client's call
+            raise EvaluationError(self.client, f"client {self.client}: {exc}") from exc
+        except FedxabError:
+            raise
+        except Exception as exc:
+            at = self.describe(x)
+            log.error("client %d: the objective raised at %s", self.client, at, exc_info=exc)
+            raise ObjectiveFailedError(
+                self.client,
+                f"client {self.client}: the objective raised {type(exc).__name__}: "
+                f"{one_line(str(exc), 300)} at {at}",
+                exc,
+            ) from None
 
 
 def _negated(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -93,8 +93,11 @@ def client_family(
         ids,
         direction=objective.direction,
         vectorized=objective.vectorized,
-        kwargs=dict(objective.params),
+        kwargs=dict(objective.kwargs),
         name=objective.name if objective.is_user else None,
+        space=config.search_space,
+        style=objective.style,
+        deterministic=objective.deterministic,
     )
     clients = tuple(built.get(m) for m in range(n_clients))
     return ClientFamily(global_objective=None, clients=clients, kind="user")  # type: ignore[arg-type]

@@ -67,6 +67,8 @@ def protocol_of(config: Config, seed: int) -> dict[str, Any]:
         "budget": config.run.budget,
         "seed": seed,
     }
+    if config.search_space is not None:  # how the box's points decode (absent: a plain box)
+        protocol["space"] = _plain(config.search_space.to_dict())
     if config.federation is not None:
         protocol["clients"] = config.federation.clients
     return protocol

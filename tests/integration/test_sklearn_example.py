@@ -42,17 +42,31 @@ def test_the_example_runs_in_one_process_and_reports_every_site(sites):
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 120
-    rows = re.findall(r"^\s+(\d)\s+(0\.\d+)\s+\(", proc.stdout, re.MULTILINE)
-    assert [int(site) for site, _ in rows] == [0, 1, 2], proc.stdout
-    # the reported accuracies are what the sites' own objectives give at their best points
-    results = fedxab.federate(
-        sites.accuracy, sites.DOMAIN, clients=3, budget=1000, algorithm="fedpne"
+    rows = re.findall(
+        r"^\s+(\d)\s+(0\.\d+)\s+(0\.\d+)\s+\(C=\S+, gamma=\S+, kernel=(\w+), degree=(\d)\)$",
+        proc.stdout,
+        re.MULTILINE,
     )
-    for (_, shown), outcome in zip(rows, results.runs[0].clients, strict=True):
-        assert float(shown) == pytest.approx(outcome.best_value, abs=5e-5)
-        assert outcome.best_value == sites.accuracy(outcome.best_point, outcome.client)
+    assert [int(row[0]) for row in rows] == [0, 1, 2], proc.stdout
+    # the reported accuracies are what the sites' own objectives give at their best parameters
+    results = fedxab.federate(
+        sites.accuracy,
+        space=sites.SPACE,
+        clients=3,
+        budget=300,
+        algorithm="fedpne",
+        deterministic=True,
+    )
+    run = results.runs[0]
+    for row, outcome in zip(rows, run.clients, strict=True):
+        best = run.best_params[outcome.client]
+        assert float(row[1]) == pytest.approx(outcome.best_value, abs=5e-5)
+        assert (row[3], int(row[4])) == (best["kernel"], best["degree"])
+        assert outcome.best_value == sites.accuracy(best, outcome.client)
         assert 0.9 < outcome.best_value <= 1.0  # an RBF SVM does this well on digits
-    assert results.runs[0].evaluations == 3000
+    assert run.evaluations == 900
+    # the config declares the same typed space as the module
+    assert load_config(EXAMPLE / "run.toml").search_space == fedxab.SearchSpace(sites.SPACE)
 
 
 def test_the_example_as_a_server_and_three_client_processes(tmp_path, dev_broker, sites):
@@ -94,3 +108,5 @@ def test_the_example_as_a_server_and_three_client_processes(tmp_path, dev_broker
         load_config(config).with_broker_url("inprocess://"), functions=sites.accuracy
     )
     assert without_time(got) == without_time(expected.runs[0].to_dict())
+    assert set(got["recommendation_params"]) == {"C", "gamma", "kernel", "degree"}
+    assert got["clients"][0]["best_params"] == expected.runs[0].best_params[0]

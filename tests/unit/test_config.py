@@ -282,6 +282,7 @@ def test_sections_come_from_config_fields():
         "broker",
         "security",
         "privacy",
+        "space",
     ]
 
 
