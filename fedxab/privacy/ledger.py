@@ -75,15 +75,16 @@ from fedxab.validation import check_positive
 
 __all__ = ["Budget", "LedgerError", "PrivacyBudgetExceeded", "PrivacyLedger", "canonical"]
 
-SCHEMA = "fedxab.ledger/4"
+SCHEMA = "fedxab.ledger/5"
 _UPGRADES = {
     "fedxab.ledger/2": "ALTER TABLE events ADD COLUMN evidence BLOB",
     "fedxab.ledger/3": "",
+    "fedxab.ledger/4": "",
 }
 """Ledgers of these schemas are upgraded in place (:meth:`PrivacyLedger._check_or_create`), by
 the statement given and then the tables added since: version 3 added ``events.evidence`` and
 the tables ``owners`` and ``lifetime_budgets``, version 4 the table ``runs`` (each run's delta
-and accountant)."""
+and accountant), version 5 the table ``ends`` (each client's signed end marker)."""
 
 MAX_KEY = 2**63 - 1
 """The largest client, phase or release index a ledger records (SQLite's integers are signed
@@ -107,6 +108,10 @@ CREATE TABLE IF NOT EXISTS lifetime_budgets (
 CREATE TABLE IF NOT EXISTS runs (
     run TEXT PRIMARY KEY, delta REAL NOT NULL, accountant TEXT NOT NULL,
     recorded_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE TABLE IF NOT EXISTS ends (
+    run TEXT NOT NULL, client INTEGER NOT NULL, evidence BLOB NOT NULL,
+    PRIMARY KEY (run, client)
 );
 """
 
@@ -534,6 +539,21 @@ class PrivacyLedger:
         )
         for r in rows:
             yield r[0], r[1], r[2], r[3], PrivacyEvent(*r[4:10]), r[10]
+
+    def set_end(self, run: str, client: int, evidence: bytes) -> None:
+        """Keep the client's signed end marker of ``run`` (:mod:`fedxab.privacy.mirror`: the
+        number and digest of its releases), the latest one: an auditor checks the client's rows
+        against it as a whole, so a row deleted or added later is caught."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO ends VALUES (?, ?, ?)",
+            (*_key(run, client, 0, 0)[:2], bytes(evidence)),
+        )
+
+    def ends(self, run: str | None = None) -> dict[tuple[str, int], bytes]:
+        """Every signed end marker kept (of ``run`` only, if given), by (run, client)."""
+        where, args = ("WHERE run=?", (run,)) if run is not None else ("", ())
+        rows = self._db.execute(f"SELECT run, client, evidence FROM ends {where}", args)
+        return {(r[0], r[1]): r[2] for r in rows}
 
     def recorded(self, run: str, client: int, phase: int, release: int = 0) -> PrivacyEvent | None:
         """The event recorded under this key, or None."""

@@ -296,6 +296,26 @@ def test_a_ledger_of_schema_2_is_upgraded_in_place_keeping_its_releases(tmp_path
         assert db.execute("SELECT value FROM meta").fetchone() == (SCHEMA,)
 
 
+def test_a_ledger_of_schema_4_gains_the_end_markers_table(tmp_path):
+    """A /4 file (no ``ends`` table) is upgraded in place; each client's latest end marker is
+    kept, by (run, client)."""
+    path = tmp_path / "v4.db"
+    with PrivacyLedger(path) as ledger:
+        ledger.record("old", 0, 1, EVENT)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE ends")
+        db.execute("UPDATE meta SET value='fedxab.ledger/4' WHERE key='schema'")
+    with PrivacyLedger(path) as ledger:
+        assert ledger.events("old", 0) == [EVENT] and ledger.ends() == {}
+        ledger.set_end("old", 0, b"first")
+        ledger.set_end("old", 0, b"latest")
+        ledger.set_end("new", 3, b"other")
+        assert ledger.ends() == {("old", 0): b"latest", ("new", 3): b"other"}
+        assert ledger.ends("new") == {("new", 3): b"other"}
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == (SCHEMA,)
+
+
 def test_evidence_is_kept_and_attached_once_never_replaced(tmp_path):
     with PrivacyLedger(tmp_path / "l.db") as ledger:
         ledger.record("r", 0, 1, EVENT)
