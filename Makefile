@@ -15,6 +15,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
+# pytest-xdist workers of `make test` (one per core); `make test TEST_WORKERS=0` runs in-process.
+TEST_WORKERS ?= auto
 
 .PHONY: run test bench docs
 
@@ -29,7 +31,7 @@ test: $(BIN)/python
 	$(PIP) torch==2.13.0 -e '.[dev,bench,opacus]'
 	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 docs: $(BIN)/python
 	$(PIP) -e '.[docs]'
