@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
-    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
+    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant as DpRdpAccountant
 
 __all__ = ["ACCOUNTANTS", "Accountant", "check_event", "make_accountant", "noise_multiplier_for"]
 
@@ -195,7 +195,7 @@ def _dp_event(event: PrivacyEvent) -> Any:
 
 def _rdp_accountant(
     group: tuple[PrivacyEvent, ...], orders: tuple[int, ...] | None
-) -> RdpAccountant:
+) -> DpRdpAccountant:
     dp_accounting = _dp_accounting()
     accountant = dp_accounting.rdp.rdp_privacy_accountant.RdpAccountant(
         orders=list(orders) if orders is not None else None,
@@ -479,10 +479,11 @@ def _opacus_history(group: tuple[PrivacyEvent, ...]) -> tuple[tuple[float, float
 def _opacus_rdp(history: tuple[tuple[float, float, int], ...]) -> np.ndarray:
     """Total RDP of ``history`` at :func:`opacus_orders` (Opacus's ``compute_rdp``)."""
     compute_rdp = _opacus().analysis.rdp.compute_rdp
-    return sum(
-        np.asarray(compute_rdp(q=q, noise_multiplier=z, steps=n, orders=list(opacus_orders())))
-        for z, q, n in history
-    )
+    orders = list(opacus_orders())
+    total = np.zeros(len(orders))
+    for z, q, n in history:
+        total += np.asarray(compute_rdp(q=q, noise_multiplier=z, steps=n, orders=orders))
+    return total
 
 
 @functools.lru_cache(maxsize=4096)

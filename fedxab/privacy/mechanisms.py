@@ -82,7 +82,8 @@ class PrivacyEvent:
             )
         if not all(math.isfinite(v) and v > 0 for v in numbers) or numbers[1] > 1:
             raise ProtocolError(f"privacy event: out of range values {numbers}")
-        return cls(mechanism, *numbers, count, scope)
+        noise_multiplier, sampling_rate, sensitivity = numbers
+        return cls(mechanism, noise_multiplier, sampling_rate, sensitivity, count, scope)
 
 
 def _analytic_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
