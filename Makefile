@@ -15,7 +15,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
-# pytest-xdist workers of `make test` (one per core); `make test TEST_WORKERS=0` runs in-process.
+# pytest-xdist workers of `make test` (one per core; `make test TEST_WORKERS=0` runs in-process),
+# each taking whole test files: a module's fixtures (recorded runs, bench scripts, the docs build)
+# are then computed once.
 TEST_WORKERS ?= auto
 
 .PHONY: run test bench docs
@@ -31,7 +33,7 @@ test: $(BIN)/python
 	$(PIP) torch==2.13.0 -e '.[dev,bench,opacus]'
 	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 docs: $(BIN)/python
 	$(PIP) -e '.[docs]'

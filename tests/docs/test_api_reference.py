@@ -35,9 +35,6 @@ import pytest
 
 import fedxab
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_api_reference")
-
 REPO = Path(__file__).resolve().parents[2]
 
 

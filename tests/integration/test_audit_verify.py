@@ -34,9 +34,6 @@ from fedxab.security.agents import verifier_in
 from fedxab.security.keypairs import PrivateKey, generate_keypairs, load_private_key
 from fedxab.security.signing import Ed25519Signer, SignatureError
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_audit_verify")
-
 RUN = "run-audit"
 CLIENTS = 1000
 RELEASES = 2

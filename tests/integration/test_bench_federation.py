@@ -21,9 +21,6 @@ from typing import Any
 import pytest
 from bench_scripts import BENCH, run_bench
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_bench_federation")
-
 F_STAR = 4 * (math.pi / 6) * (1 - math.pi / 6)
 
 

@@ -19,9 +19,6 @@ import sys
 import pytest
 from bench_scripts import BENCH, run_bench
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_benchmarks")
-
 needs_pyxab = pytest.mark.skipif(
     importlib.util.find_spec("PyXAB") is None,
     reason="PyXAB is not installed (pip install pyxab==0.3.0, or the project's `bench` extra); "

@@ -37,9 +37,6 @@ from fedxab.privacy.mirror import (
 from fedxab.security.keypairs import generate_keypairs, load_private_key
 from fedxab.security.signing import Ed25519Signer
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_ledger_attacks")
-
 CLIENTS = 4
 SEED = 3
 runner = CliRunner()

@@ -28,9 +28,6 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.run_ledger import LEDGER_HOME_VAR, data_owner, objective_digest
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_lifetime_budgets")
-
 
 @pytest.fixture(scope="module")
 def phases() -> int:

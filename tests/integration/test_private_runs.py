@@ -29,9 +29,6 @@ from fedxab.privacy.mechanisms import GaussianMechanism
 from fedxab.privacy.mirror import rebuild_ledger, release_record
 from fedxab.privacy.run_ledger import RunLedger
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_private_runs")
-
 SEED = 2
 EPSILON, PRIVACY_DELTA = 0.5, 1e-3
 CLIENTS, BUDGET = 4, 30_000

@@ -18,9 +18,6 @@ from cli_procs import FEDXAB, start_cli, wait_ok, without_time
 import fedxab
 from fedxab.config import load_config
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_sklearn_example")
-
 pytest.importorskip("sklearn")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sklearn_tuning"

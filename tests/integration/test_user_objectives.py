@@ -33,9 +33,6 @@ from fedxab.errors import ConfigError, EvaluationError
 from fedxab.run.identity import run_id_for
 from fedxab.run.observe import RunObserver
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_user_objectives")
-
 DOMAIN = [[0.0, 1.0], [0.0, 1.0]]
 BUDGET = 1500
 

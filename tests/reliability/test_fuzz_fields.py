@@ -51,9 +51,6 @@ from fedxab.run.identity import protocol_of
 from fedxab.security.keys import generate_keys
 from fedxab.security.signing import HmacSigner, SignatureError, SignedEnvelope
 
-# Its module-scoped fixtures are computed once: `make test` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("test_fuzz_fields")
-
 EXAMPLES = int(os.environ.get("FEDXAB_FUZZ_EXAMPLES", "1000"))
 
 
