@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fedxab.algorithms.registry import PRIVATE, make_federation
@@ -100,7 +101,7 @@ def client_family(
         deterministic=objective.deterministic,
     )
     clients = tuple(built.get(m) for m in range(n_clients))
-    return ClientFamily(global_objective=None, clients=clients, kind="user")  # type: ignore[arg-type]
+    return ClientFamily(global_objective=None, clients=clients, kind="user")
 
 
 def regret_known(family: ClientFamily | None, config: Config) -> tuple[bool, bool]:
@@ -191,6 +192,7 @@ def build_run(
         )
     client_session = None
     if ids:
+        assert family is not None  # a party hosting clients has their family (client_family)
         noise = make_noise_model(config)
         glob = family.global_objective
         shared = None if glob is None else GlobalValues(glob)
@@ -254,21 +256,17 @@ def make_family(base: Objective, config: Config, seed: int) -> ClientFamily:
                 f"{fed.heterogeneity!r} builds GP-sample clients on a grid and needs objective "
                 f"'gp-grid', got {base.name!r}; use 'offset', 'shift' or 'none'",
             )
-        common = {
-            "lengthscale": base.lengthscale,
-            "grid_size": base.grid_size,
-            "sample_seed": base.sample_seed,
-        }
-        if fed.heterogeneity == "gp-mixture":
-            alpha = 0.7 if fed.mixture_alpha is None else fed.mixture_alpha
-            return gp_sample_family(fed.clients, seed, alpha=alpha, **common)
-        return gp_sample_family(
+        family = partial(
+            gp_sample_family,
             fed.clients,
             seed,
-            magnitude=fed.heterogeneity_scale,
-            per=fed.perturbation,
-            **common,
+            lengthscale=base.lengthscale,
+            grid_size=base.grid_size,
+            sample_seed=base.sample_seed,
         )
+        if fed.heterogeneity == "gp-mixture":
+            return family(alpha=0.7 if fed.mixture_alpha is None else fed.mixture_alpha)
+        return family(magnitude=fed.heterogeneity_scale, per=fed.perturbation)
     if isinstance(base, GPGrid):
         # the family is the source of truth: the GP function of run ``seed``
         base = base.for_seed(seed)
