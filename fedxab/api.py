@@ -251,17 +251,24 @@ class AskTellClient:
 
     The client agent runs in a background thread; ``ask`` blocks until the algorithm needs a
     point (or returns None once every run of the config is over), ``tell`` gives the observed
-    value, in the config's direction. Each point asked must be told before the next ask.
+    value, in the config's direction. Each point asked must be told before the next ask. With a
+    ``[space]`` in the config, ``ask`` returns the parameters by name (a dict, in the user's
+    units) and ``tell`` takes them back.
     """
 
     def __init__(self, config: Config, client_id: int, *, broker: str | None = None) -> None:
-        self.config = _on_broker(config, broker)
+        config = _on_broker(config, broker)
+        if config.search_space is not None and config.objective.style != "params":
+            data = config.to_dict()  # the agent hands this client's calls the parameters
+            data["objective"] = {**data["objective"], "style": "params"}
+            config = config_from_dict(data)
+        self.config = config
         self.client_id = client_id
         self.outcomes: list[ClientOutcome] = []
         """What this client observed, one per finished run."""
         self._asked: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._told: queue.Queue[float] = queue.Queue()
-        self._pending: np.ndarray | None = None
+        self._pending: np.ndarray | dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._work, name="fedxab-ask-tell", daemon=True)
         self._started = False
 
@@ -279,11 +286,12 @@ class AskTellClient:
             self._started = True
             self._thread.start()
 
-    def ask(self, timeout: float | None = None) -> np.ndarray | None:
-        """The next point to evaluate, or None when every run is over (blocks until then)."""
+    def ask(self, timeout: float | None = None) -> np.ndarray | dict[str, Any] | None:
+        """The next point to evaluate (with a ``[space]``: its parameters by name), or None
+        when every run is over (blocks until then)."""
         if self._pending is not None:
             raise FedxabError(
-                f"client {self.client_id}: tell the value of {self._pending.tolist()} before "
+                f"client {self.client_id}: tell the value of {_shown(self._pending)} before "
                 "asking for another point"
             )
         self.start()
@@ -298,20 +306,27 @@ class AskTellClient:
         self._pending = value
         return value.copy()
 
-    def tell(self, x: Sequence[float] | np.ndarray, value: float) -> None:
-        """The value observed at ``x`` (the point :meth:`ask` returned)."""
-        if self._pending is None or not np.array_equal(np.asarray(x, dtype=float), self._pending):
+    def tell(self, x: Sequence[float] | np.ndarray | Mapping[str, Any], value: float) -> None:
+        """The value observed at ``x`` (the point, or parameters, :meth:`ask` returned)."""
+        pending = self._pending
+        if isinstance(pending, dict):
+            same = isinstance(x, Mapping) and dict(x) == pending
+        else:
+            same = pending is not None and np.array_equal(np.asarray(x, dtype=float), pending)
+        if not same:
             raise FedxabError(
                 f"client {self.client_id}: tell(x, value) must give the point the last ask() "
-                f"returned, {None if self._pending is None else self._pending.tolist()}"
+                f"returned, {None if pending is None else _shown(pending)}"
             )
         self._pending = None
         self._told.put(value)
 
     # ------------------------------------------------------------- the agent's side (thread)
-    def _evaluate(self, x: np.ndarray) -> float:
-        """The objective as the client agent sees it: ask the user, wait for the value."""
-        self._asked.put(("point", np.array(x, dtype=float)))
+    def _evaluate(self, x: np.ndarray | dict[str, Any]) -> float:
+        """The objective as the client agent sees it: ask the user, wait for the value (with
+        a ``[space]`` the agent passes the parameters by name)."""
+        point = dict(x) if isinstance(x, Mapping) else np.array(x, dtype=float)
+        self._asked.put(("point", point))
         return self._told.get()
 
     def _work(self) -> None:
@@ -333,3 +348,7 @@ class AskTellClient:
             self._asked.put(("error", exc))
         else:
             self._asked.put(("done", None))
+
+
+def _shown(point: np.ndarray | dict[str, Any]) -> Any:
+    return point if isinstance(point, dict) else point.tolist()

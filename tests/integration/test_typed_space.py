@@ -342,3 +342,50 @@ def test_fedxab_run_refuses_a_mistyped_objective_key(tmp_path):
     assert proc.returncode == 2
     assert "objective.directon: unknown key" in proc.stderr + proc.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_ask_and_tell_give_and_take_named_parameters(dev_broker):
+    """An AskTellClient of a job with a space asks for parameters by name; the results are
+    those of the same job in process."""
+    import threading
+    import uuid
+
+    config = fedxab.make_config(
+        space=SPACE,
+        clients=2,
+        budget=40,
+        deterministic=True,
+        sections={
+            "broker": {"namespace": f"ts{uuid.uuid4().hex[:8]}"},
+            "security": {"sign": False},
+        },
+    )
+    served: list = []
+    server = threading.Thread(
+        target=lambda: served.append(fedxab.serve(config, broker=dev_broker.url))
+    )
+    server.start()
+    asked: list[list[dict]] = [[], []]
+
+    def drive(k: int) -> None:
+        with fedxab.AskTellClient(config, k, broker=dev_broker.url) as client:
+            while (params := client.ask(timeout=60)) is not None:
+                asked[k].append(params)
+                client.tell(params, score(**params, client_id=k))
+
+    clients = [threading.Thread(target=drive, args=(k,)) for k in range(2)]
+    for t in clients:
+        t.start()
+    for t in (*clients, server):
+        t.join(120)
+    expected = fedxab.run_job(
+        config.with_broker_url("inprocess://"),
+        functions=lambda params, client_id: score(**params, client_id=client_id),
+    )
+    for k in range(2):
+        assert asked[k] and all(set(p) == {"lr", "depth", "kind"} for p in asked[k])
+        keys = [tuple(sorted(p.items())) for p in asked[k]]
+        assert len(keys) == len(set(keys))  # deterministic: never asked twice
+    run = served[0].runs[0]
+    assert run.recommendation_params == expected.runs[0].recommendation_params
+    assert run.to_dict()["clients"] == expected.runs[0].to_dict()["clients"]
