@@ -181,22 +181,27 @@ class ClientAgent:
         except ProtocolError as exc:
             if isinstance(exc, SignatureError) and exc.reason == "bad_signature":
                 self._failed_key = exc.key
-            return self._invalid(exc.reason, str(exc))
+            self._invalid(exc.reason, str(exc))
+            return None
         env = opened.envelope
         if env.run_id != self.run_id:
-            return self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")
+            self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")
+            return None
         if env.kind == "abort" and env.sender == SERVER:
             return self._abort_of(env, opened.session)
         if env.kind != "broadcast" or env.sender != SERVER:
-            return self._invalid("wrong_kind", f"{env.kind!r} from {env.sender!r}")
+            self._invalid("wrong_kind", f"{env.kind!r} from {env.sender!r}")
+            return None
         try:
             msg = decode_broadcast(self.algorithm, env.body())
             if int(msg.phase) != env.phase:
                 raise ProtocolError(f"payload phase {msg.phase} != envelope phase {env.phase}")
         except (ProtocolError, FedxabError) as exc:
-            return self._invalid("bad_payload", str(exc))
+            self._invalid("bad_payload", str(exc))
+            return None
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
-            return self._invalid("bad_payload", f"{type(exc).__name__}: {exc}")
+            self._invalid("bad_payload", f"{type(exc).__name__}: {exc}")
+            return None
         self._broadcast_bytes = len(env.payload)
         self.session = opened.session
         self._matched.set()  # the server runs this protocol: the lobby has nothing to say
@@ -209,9 +214,11 @@ class ClientAgent:
         try:
             text = failure_text(env.body())
         except ProtocolError as exc:
-            return self._invalid("bad_payload", str(exc))
+            self._invalid("bad_payload", str(exc))
+            return None
         if (self.signer is not None and session != self.session) or env.phase < self._sent[0]:
-            return self._invalid("replay", f"an abort of phase {env.phase}: {text}")
+            self._invalid("replay", f"an abort of phase {env.phase}: {text}")
+            return None
         return Aborted(env.phase, text)
 
     def _check_keys(self) -> None:
@@ -249,7 +256,6 @@ class ClientAgent:
         self.observer.on_broadcast_invalid()
         self.observer.on_rejected("broadcast", why)
         log.warning("run %s: invalid broadcast (%s): %s", self.run_id, why, text)
-        return None
 
     def answer_all(self, broadcast: Any) -> list[tuple[int, Any]]:
         """Every hosted client's report for ``broadcast`` (in a thread or on the loop:
@@ -266,7 +272,7 @@ class ClientAgent:
                 self.counts["broadcast_rejected"] += 1
                 log.warning("run %s: client %d rejects phase %d: %s", self.run_id, m, phase, exc)
                 continue
-            if report is None:  # the client withdrew earlier: nothing to send
+            if report is None or telemetry is None:  # it withdrew earlier (both None): no report
                 continue
             if fresh:
                 self._observe_telemetry(telemetry)
