@@ -449,6 +449,12 @@ def _privacy_table(results) -> Table | None:
             f"{max(p['releases'], default=0):,}",
             f"{len(p['withdrawn']):,} of {len(p['epsilon']):,}",
         )
+    notes = [r.privacy["fallback_reason"] for r in runs if r.privacy.get("fallback_reason")]
+    if notes:
+        more = f" (and in {len(notes) - 1} more run(s))" if notes[1:] else ""
+        table.caption = notes[0] + more
+        table.caption_justify = "left"
+        table.caption_style = "bold yellow"
     return table
 
 
@@ -594,6 +600,12 @@ def _print_ledger(console: Console, results, cfg=None) -> None:
     from fedxab.config import SecurityConfig
     from fedxab.security.agents import scheme_of, signing_on
 
+    for r in results.runs:  # an accountant that fell back says so, beside the summary
+        note = None if r.privacy is None else r.privacy.get("fallback_reason")
+        if note:
+            console.print(
+                Text(f"privacy, seed {r.seed}: {note}", style="bold yellow"), soft_wrap=True
+            )
     blocks = [r.privacy for r in results.runs if r.privacy is not None]
     if not blocks:
         return
@@ -900,7 +912,8 @@ def client(
         if cfg.privacy is not None:
             from fedxab.privacy.run_ledger import ledger_location
 
-            console.print(_ledger_line(ledger_location(cfg.privacy)), soft_wrap=True, markup=False)
+            where = ledger_location(cfg.privacy, cfg.output_dir)
+            console.print(_ledger_line(where), soft_wrap=True, markup=False)
 
         with _observers(console, "client", metrics_port, metrics_host, serve_after) as metrics:
 
@@ -997,9 +1010,9 @@ def audit(
         list[str] | None,
         typer.Option(
             "--accountant",
-            help="Recompute epsilon with this accountant: rdp (default), moments, pld, "
-            "opacus-rdp, opacus-prv. Repeat it to show several side by side; the first one's "
-            "epsilon is checked against the budgets.",
+            help="Recompute epsilon with this accountant: rdp, moments, pld, opacus-rdp, "
+            "opacus-prv (default: the one the ledger's runs recorded, else rdp). Repeat it to "
+            "show several side by side; the first one's epsilon is checked against the budgets.",
             show_default=False,
         ),
     ] = None,
@@ -1014,7 +1027,10 @@ def audit(
     ] = False,
     delta: Annotated[
         float | None,
-        typer.Option(help="Delta for clients without a budget (default: the budget's delta)."),
+        typer.Option(
+            help="Delta to account every client at (default: its budget's, else the one its "
+            "run recorded)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     rebuild_from: Annotated[
@@ -1052,7 +1068,7 @@ def audit(
     """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
     import json
 
-    from fedxab.privacy.accountants import make_accountant
+    from fedxab.privacy.accountants import fallback_note, make_accountant
     from fedxab.privacy.audit import (
         client_history,
         client_lifetime,
@@ -1108,6 +1124,11 @@ def audit(
         also = [make_accountant(name) for name in names[1:]]
         tables = []
         with PrivacyLedger(ledger, accountant=names[0]) as book:
+            book.verify_totals(None if lifetime else run_id)  # derived data that was edited
+            recorded = book.accountants()
+            if accountants is None and len(recorded) == 1:  # the accountant the runs used
+                names = recorded
+                book.accountant = make_accountant(recorded[0])
             if client_id is not None and lifetime:
                 rows = client_lifetime(book, client_id, delta)
                 columns = ["owner", "run", "releases", "delta", "epsilon_run", "epsilon",
@@ -1137,6 +1158,9 @@ def audit(
                 if lifetime or owners:
                     title = f"lifetime spend per data owner ({names[0]} accountant)"
                     tables.append((title, ["owner", "runs", *spend], owners))
+            notes = [fallback_note(a) for a in (book.accountant, *also)]
+        for note in filter(None, notes):
+            _console(stderr=True).print(Text(note, style="bold yellow"), soft_wrap=True)
         if as_json:
             console.print_json(json.dumps(tables[0][2]))
         else:

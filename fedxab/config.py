@@ -855,7 +855,8 @@ class PrivacyConfig(Section):
     """Each client's epsilon budget; None: releases are recorded but never refused."""
     ledger: str | None = None
     """SQLite file of the ledger (created if missing) on the machine of the party that records
-    the releases (each client agent; the server under central DP). None: an in-memory ledger for
+    the releases (each client agent; the server under central DP); a relative path is taken in
+    ``run.output``, so ``--output`` moves it with the results. None: an in-memory ledger for
     this run, or, with ``lifetime_epsilon``, the default lifetime ledger
     (:func:`~fedxab.privacy.run_ledger.default_ledger_path`)."""
     lifetime_epsilon: float | None = None

@@ -53,15 +53,19 @@ thousand clients with the same history cost one accounting.
 
 Accounting never hangs. The numerical backends (:data:`TIME_LIMITED`: ``"pld"``,
 ``"opacus-prv"``), whose cost grows with the width of the privacy loss distribution, compute in a
-persistent worker process (:class:`_Worker`, started on the first computation that the cache does
-not answer, and kept), under a time limit per computation (``[privacy] accountant_timeout_s``,
-default :data:`DEFAULT_TIMEOUT_S`; a worker's first computation includes its start-up and its
-imports: about 2 s with dp-accounting, 2.6 s with Opacus). A computation that exceeds it, or
-whose worker dies (e.g. out of memory), is killed and answered by :data:`FALLBACK` (``"rdp"``, an
-upper bound: never below the true epsilon, so a budget check stays safe, only looser); the
-accountant counts it (``fallbacks``), logs a warning, and the results' privacy block reports it.
-A computation that ran out of time is not tried again at the same limit. A worker process, not a
-thread: a thread cannot be stopped.
+persistent worker process (:class:`_Worker`: ``python -m fedxab.privacy.accountant_worker``,
+started on the first computation that the cache does not answer, and kept), under a time limit
+per computation (``[privacy] accountant_timeout_s``, default :data:`DEFAULT_TIMEOUT_S`; a
+worker's first computation includes its start-up and its imports: about 2 s with dp-accounting,
+2.6 s with Opacus). The worker never imports the user's program, so it works the same from a
+script (with or without a main guard), ``python -``, ``python -c`` and a notebook; a frozen
+program computes in a thread instead. A computation that exceeds the limit, or whose worker dies
+(e.g. out of memory), is answered by :data:`FALLBACK` (``"rdp"``, an upper bound: never below
+the true epsilon, so a budget check stays safe, only looser); the accountant counts it
+(``fallbacks``, and ``fallback_reasons``), logs a warning, and the results' privacy block, the
+run's summary and ``fedxab audit`` say so (:func:`fallback_note`). A computation that ran out of
+time is not tried again at the same limit. A worker process, not a thread: a thread cannot be
+stopped.
 """
 
 from __future__ import annotations
@@ -71,27 +75,35 @@ import contextlib
 import functools
 import logging
 import math
-import multiprocessing
-import signal
+import os
+import pickle
+import queue
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from fedxab.errors import ConfigError
+from fedxab.privacy.accountant_worker import read_frame, write_frame
 from fedxab.privacy.mechanisms import MAX_EVENT_COUNT, PrivacyEvent
 from fedxab.validation import check_choice, check_positive
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-    from multiprocessing.process import BaseProcess
-
     from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
     from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant as DpRdpAccountant
 
-__all__ = ["ACCOUNTANTS", "Accountant", "check_event", "make_accountant", "noise_multiplier_for"]
+__all__ = [
+    "ACCOUNTANTS",
+    "Accountant",
+    "check_event",
+    "fallback_note",
+    "make_accountant",
+    "noise_multiplier_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -227,82 +239,134 @@ def _pld_delta(group: tuple[PrivacyEvent, ...], epsilon: float) -> float:
     return float(_pld_accountant(group).get_delta(epsilon))
 
 
-def _serve(conn: Connection) -> None:
-    """The worker process's loop: for each ``(compute, args)`` received, send back
-    ``(True, compute(*args))`` or ``(False, the exception it raised)``; return when the parent's
-    end of the pipe closes (the parent stopped or died). Ctrl-C is the parent's to handle: it
-    stops the worker."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while True:
-        try:
-            compute, args = conn.recv()
-        except EOFError:
-            return
-        try:
-            answer = (True, compute(*args))
-        except Exception as exc:  # raised again in the parent
-            answer = (False, exc)
-        conn.send(answer)
+WORKER_MODULE = "fedxab.privacy.accountant_worker"
+"""The module the worker process runs (``python -m``)."""
+
+
+def _fedxab_root() -> str:
+    """The directory this fedxab is imported from, for the worker's ``PYTHONPATH``: the worker
+    imports the same fedxab whatever the current directory and ``sys.path`` of the parent."""
+    import fedxab
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(fedxab.__file__)))
+
+
+def _read_answers(stream: IO[bytes], answers: queue.Queue[bytes | None]) -> None:
+    """The reader thread of one worker process: each answer frame, then None at its end."""
+    while (frame := read_frame(stream)) is not None:
+        answers.put(frame)
+    answers.put(None)
 
 
 class _Worker:
-    """The persistent worker process of the :data:`TIME_LIMITED` backends (module docstring).
+    """The persistent worker process of the :data:`TIME_LIMITED` backends (module docstring):
+    ``python -m`` :data:`WORKER_MODULE` with this interpreter, fed jobs on its standard input
+    (:mod:`fedxab.privacy.accountant_worker`). Not ``multiprocessing``: its ``spawn`` imports
+    the parent's ``__main__`` again in the child (a script without an ``if __name__ ==
+    "__main__":`` guard runs twice; from ``python -`` the child dies at once) and ``fork``
+    copies the locks of the parent's threads. One computation at a time (a lock); stopped at
+    interpreter exit.
 
-    Started by ``spawn``, not ``fork``: a forked child would inherit copies of the parent's
-    threads' locks (agents run threads and asyncio). One computation at a time (a lock), over a
-    pipe. Daemonic, and stopped at interpreter exit."""
+    A frozen program (``sys.frozen``: its ``sys.executable`` is the program, not Python) has no
+    interpreter to start: there a computation runs in a thread under the same time limit, and
+    one that runs out of time is left to finish in the background (a thread cannot be
+    stopped), its answer unused."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: BaseProcess | None = None
-        self._conn: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._answers: queue.Queue[bytes | None] | None = None
+        self.failure = ""
+        """Why the last computation got no answer (for the fallback's reason)."""
 
     def run(
         self, compute: Callable[..., float], args: tuple[Any, ...], timeout_s: float
     ) -> float | None:
         """``compute(*args)`` in the worker (started if not running); None if it took longer
-        than ``timeout_s`` seconds or the worker died, after which the worker is killed (the
-        next call starts another). An exception ``compute`` raised is raised here."""
+        than ``timeout_s`` seconds or the worker died (:attr:`failure` says which), after which
+        the worker is stopped (the next call starts another). An exception ``compute`` raised
+        is raised here."""
+        if getattr(sys, "frozen", False):
+            return self._run_in_thread(compute, args, timeout_s)
         with self._lock:
-            conn = self._start()
+            process, answers = self._start()
             try:
-                conn.send((compute, args))
-                answer = conn.recv() if conn.poll(timeout_s) else None
-            except (EOFError, OSError):  # the worker died
-                answer = None
-            except BaseException:  # e.g. KeyboardInterrupt: an answer would be left in the pipe
+                assert process.stdin is not None
+                write_frame(process.stdin, pickle.dumps((compute, args)))
+                frame = answers.get(timeout=timeout_s)
+            except queue.Empty:
+                frame = None
+                self.failure = f"ran out of time (privacy.accountant_timeout_s = {timeout_s:g} s)"
+            except OSError:  # the worker died before it read the job
+                frame = None
+            except BaseException:  # e.g. KeyboardInterrupt: an answer would be left behind
                 self.stop()
                 raise
-            if answer is None:
+            if frame is None:
+                if process.poll() is not None or not self.failure:
+                    self.failure = f"its worker process stopped (exit status {process.wait()})"
                 self.stop()
                 return None
-        ok, value = answer
+        ok, value = pickle.loads(frame)
         if not ok:
             raise value
         return value
 
-    def _start(self) -> Connection:
-        if self._process is None or self._conn is None or not self._process.is_alive():
+    def _run_in_thread(
+        self, compute: Callable[..., float], args: tuple[Any, ...], timeout_s: float
+    ) -> float | None:
+        answer: list[tuple[bool, Any]] = []
+
+        def target() -> None:
+            try:
+                answer.append((True, compute(*args)))
+            except Exception as exc:
+                answer.append((False, exc))
+
+        thread = threading.Thread(target=target, name="fedxab-accountant", daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+        if not answer:
+            self.failure = f"ran out of time (privacy.accountant_timeout_s = {timeout_s:g} s)"
+            return None
+        ok, value = answer[0]
+        if not ok:
+            raise value
+        return value
+
+    def _start(self) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes | None]]:
+        self.failure = ""
+        if self._process is None or self._answers is None or self._process.poll() is not None:
             self.stop()
-            context = multiprocessing.get_context("spawn")
-            self._conn, child_end = context.Pipe()
-            self._process = context.Process(
-                target=_serve, args=(child_end,), name="fedxab-accountant", daemon=True
+            path = os.environ.get("PYTHONPATH")
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_fedxab_root(), path])))
+            # -P: the current directory is not put on the worker's path (it might shadow fedxab)
+            self._process = subprocess.Popen(
+                [sys.executable, "-P", "-m", WORKER_MODULE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
             )
-            self._process.start()
-            child_end.close()  # the worker's end: its EOF tells the worker the parent is gone
-        return self._conn
+            self._answers = queue.Queue()
+            threading.Thread(
+                target=_read_answers,
+                args=(self._process.stdout, self._answers),
+                name="fedxab-accountant-answers",
+                daemon=True,
+            ).start()
+        return self._process, self._answers
 
     def stop(self) -> None:
         """Kill the worker, if any."""
         if self._process is not None:
             self._process.kill()
-            self._process.join()
-            self._process.close()
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
             self._process = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._answers = None
 
 
 _WORKER = _Worker()
@@ -315,23 +379,25 @@ def _time_limited(
     group: tuple[PrivacyEvent, ...],
     value: float,
     timeout_s: float,
-) -> float | None:
-    """``compute(group, value)`` in the worker under ``timeout_s``, or None if it ran out of
-    time. Cached like the other backends, the None too: a computation that ran out of time is
-    not tried again at the same limit."""
-    return _WORKER.run(compute, (group, value), timeout_s)
+) -> float | str:
+    """``compute(group, value)`` in the worker under ``timeout_s``, or why it got no answer
+    (a ``str``: it ran out of time, or the worker stopped). Cached like the other backends, the
+    failures too: a computation that ran out of time is not tried again at the same limit."""
+    answer = _WORKER.run(compute, (group, value), timeout_s)
+    return _WORKER.failure if answer is None else answer
 
 
 class _TimeLimitedAccountant:
     """What the :data:`TIME_LIMITED` backends share: per scope, a computation in the worker
-    process under the time limit ``timeout_s``, answered by :data:`FALLBACK` (counted in
-    ``fallbacks``, with a warning) when it runs out of time."""
+    process under the time limit ``timeout_s``, answered by :data:`FALLBACK` when it gets no
+    answer: counted in ``fallbacks``, by reason in ``fallback_reasons``, with a warning."""
 
     name: str
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.fallbacks = 0
+        self.fallback_reasons: dict[str, int] = {}
 
     def _account(
         self,
@@ -341,22 +407,35 @@ class _TimeLimitedAccountant:
         value: float,
     ) -> float:
         """The maximum over scopes (parallel composition) of ``compute(group, value)``, or of
-        ``fallback(group, value)`` for a scope whose computation ran out of time."""
+        ``fallback(group, value)`` for a scope whose computation got no answer."""
         results = []
         for group in _scopes(events):
             result = _time_limited(compute, group, value, self.timeout_s)
-            if result is None:
+            if isinstance(result, str):
                 self.fallbacks += 1
+                self.fallback_reasons[result] = self.fallback_reasons.get(result, 0) + 1
                 log.warning(
-                    "the %r accountant ran out of time (privacy.accountant_timeout_s = %g s) or "
-                    "its worker process died; answered by %r, an upper bound on epsilon and delta",
+                    "the %r accountant %s; answered by %r, an upper bound on epsilon and delta",
                     self.name,
-                    self.timeout_s,
+                    result,
                     FALLBACK,
                 )
                 result = fallback(group, value)
             results.append(result)
         return max(results, default=0.0)
+
+
+def fallback_note(accountant: Accountant) -> str | None:
+    """One line saying which of ``accountant``'s computations :data:`FALLBACK` answered and
+    why, or None if none was: what the results, the audit and a run's summary show."""
+    reasons = getattr(accountant, "fallback_reasons", None) or {}
+    if not reasons:
+        return None
+    why = "; ".join(f"{n} {reason}" for reason, n in reasons.items())
+    return (
+        f"the {accountant.name!r} accountant did not answer {sum(reasons.values())} "
+        f"computation(s) ({why}); {FALLBACK!r} answered them, an upper bound on epsilon"
+    )
 
 
 @functools.lru_cache(maxsize=4096)

@@ -3,11 +3,14 @@ per run and, for data owners (:meth:`PrivacyLedger.set_owner`), over their lifet
 
 Epsilon is recomputed from the ledger's events by the ledger's accountant (never read from a
 stored epsilon), at ``delta`` if given, else at the delta of the client's budget -- the lifetime
-budget's for an owner -- (clients with neither get none). Budgets, what remains and the
-over-budget flag are the ledger accountant's; ``also`` names more accountants whose epsilon is
-shown beside it (``epsilons``, by accountant name), to compare their tightness on the same
-events. The summary accounts a whole run at once (:meth:`PrivacyLedger.epsilons`: one
-accountant call per distinct history, from the ledger's ``totals`` view of the events).
+budget's for an owner --, else at the delta its run recorded (:meth:`PrivacyLedger.set_run`; the
+smallest of its runs' for an owner); only runs recorded by an older fedxab may have none.
+Budgets, what remains and the over-budget flag are the ledger accountant's; ``also`` names more
+accountants whose epsilon is shown beside it (``epsilons``, by accountant name), to compare
+their tightness on the same events. The summary accounts a whole run at once
+(:meth:`PrivacyLedger.epsilons`: one accountant call per distinct history, from the ledger's
+``totals`` view of the events, which ``fedxab audit`` first checks against the events:
+:meth:`PrivacyLedger.verify_totals`).
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def owner_summaries(
     rows = []
     for owner in ledger.owners():
         budget = ledger.lifetime_budget(owner)
-        at = delta if delta is not None else None if budget is None else budget.delta
+        at = delta if delta is not None else ledger.owner_delta(owner)
         taken = ledger.owner_runs(owner)
         releases = sum(releases_of(run).get(client, 0) for run, client in taken)
         epsilons = {
@@ -114,9 +117,13 @@ def client_history(
     if not rows:
         raise ConfigError("--client", f"client {client} has no release in run {run!r}")
     budget = ledger.budget(run, client)
-    at = delta if delta is not None else None if budget is None else budget.delta
+    at = delta if delta is not None else ledger.deltas(run).get(int(client))
     if at is None:
-        raise ConfigError("--delta", f"client {client} of run {run} has no budget; pass --delta")
+        raise ConfigError(
+            "--delta",
+            f"client {client} of run {run} has no budget and the run recorded no delta (an "
+            "older ledger); pass --delta",
+        )
     events = [event for *_, event in rows]
     history = []
     for k, (phase, release, recorded_at, event) in enumerate(rows, start=1):
@@ -153,10 +160,12 @@ def client_lifetime(
     rows = []
     for owner in dict.fromkeys(owner for owner, _ in taken):
         budget = ledger.lifetime_budget(owner)
-        at = delta if delta is not None else None if budget is None else budget.delta
+        at = delta if delta is not None else ledger.owner_delta(owner)
         if at is None:
             raise ConfigError(
-                "--delta", f"data owner {owner!r} has no lifetime budget; pass --delta"
+                "--delta",
+                f"data owner {owner!r} has no lifetime budget and its runs recorded no delta "
+                "(an older ledger); pass --delta",
             )
         histories = {run: ledger.history(run, client) for o, run in taken if o == owner}
         order = sorted(

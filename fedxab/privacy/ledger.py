@@ -491,6 +491,23 @@ class PrivacyLedger:
         row = self._db.execute("SELECT delta, accountant FROM runs WHERE run=?", (run,)).fetchone()
         return None if row is None else (float(row[0]), str(row[1]))
 
+    def owner_delta(self, owner: str) -> float | None:
+        """The delta ``owner``'s lifetime spend is accounted at: its lifetime budget's, else
+        the smallest delta recorded for its runs (:meth:`set_run`; the largest epsilon, so
+        never an understatement), else None."""
+        budget = self.lifetime_budget(owner)
+        if budget is not None:
+            return budget.delta
+        row = self._db.execute(
+            "SELECT MIN(r.delta) FROM runs r JOIN owners o ON r.run = o.run WHERE o.owner=?",
+            (owner,),
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def accountants(self) -> list[str]:
+        """The accountants the runs of this ledger recorded (:meth:`set_run`), sorted."""
+        return [r[0] for r in self._db.execute("SELECT DISTINCT accountant FROM runs ORDER BY 1")]
+
     def set_lifetime_budget(self, owner: str, budget: Budget) -> None:
         """Set (or replace) data owner ``owner``'s lifetime budget, which every run charges."""
         self._db.execute(

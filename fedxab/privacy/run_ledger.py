@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedxab.privacy.accountants import FALLBACK
+from fedxab.privacy.accountants import FALLBACK, fallback_note
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 from fedxab.privacy.mechanisms import PrivacyEvent
@@ -48,13 +48,16 @@ def default_ledger_path() -> Path:
     return Path(home) / "privacy-ledger.sqlite"
 
 
-def ledger_location(settings: Any) -> str | None:
+def ledger_location(settings: Any, output_dir: str | Path | None = None) -> str | None:
     """Where the releasing parties of a run with ``[privacy]`` ``settings`` keep their ledger:
-    ``ledger``, else with a lifetime budget :func:`default_ledger_path`, else None (in
-    memory)."""
-    if settings.ledger is None and settings.lifetime_epsilon is not None:
-        return str(default_ledger_path())
-    return settings.ledger
+    ``ledger`` (a relative path is taken in ``output_dir``, the run's output directory, so that
+    ``--output`` moves it with the results), else with a lifetime budget
+    :func:`default_ledger_path`, else None (in memory)."""
+    if settings.ledger is None:
+        return None if settings.lifetime_epsilon is None else str(default_ledger_path())
+    if output_dir is None or Path(settings.ledger).is_absolute():
+        return settings.ledger
+    return str(Path(output_dir) / settings.ledger)
 
 
 def objective_digest(objective: Mapping[str, Any]) -> str:
@@ -106,9 +109,9 @@ class RunLedger:
         """From a run :class:`~fedxab.config.Config` with a ``[privacy]`` section; ``path``
         overrides its ledger file (``":memory:"``: the server's copy rebuilt from the ledger
         topic; it names no data owner, as only :meth:`gate` does, so it charges no lifetime
-        budget)."""
+        budget; ``location`` stays where the releasing parties keep theirs)."""
         settings = config.privacy
-        location = ledger_location(settings)
+        location = ledger_location(settings, config.output_dir)
         ledger = PrivacyLedger(
             path or location or ":memory:",
             accountant=settings.accountant,
@@ -132,8 +135,9 @@ class RunLedger:
         return data_owner(client, self.data_set), self.objective
 
     def gate(self, client: int) -> LedgerGate:
-        """Client ``client``'s gate, with its budget (if any), its data owner and the owner's
-        lifetime budget (if any) set in the ledger first."""
+        """Client ``client``'s gate, with the run's delta and accountant, its budget (if any),
+        its data owner and the owner's lifetime budget (if any) set in the ledger first."""
+        self.ledger.set_run(self.run, self.delta, self.ledger.accountant.name)
         if self.budget is not None:
             self.ledger.set_budget(self.run, client, self.budget)
         owner, objective = self.owner(client)
@@ -147,7 +151,8 @@ class RunLedger:
         ``delta`` and the releases recorded; ``withdrawn`` maps a client that dropped out to the
         phase it refused. ``accountant_fallbacks``: the accountant's computations so far (the
         run's budget checks and this block) that ran out of time and were answered by
-        ``fallback_accountant`` (None if none was: :mod:`fedxab.privacy.accountants`)."""
+        ``fallback_accountant`` (None if none was: :mod:`fedxab.privacy.accountants`), and
+        ``fallback_reason`` says which and why in one line."""
         ids = list(clients)
         epsilon = self.ledger.spent_all(self.run, self.delta)
         releases = self.ledger.releases_all(self.run)
@@ -169,6 +174,7 @@ class RunLedger:
             "epsilon_by_phase": by_phase,
             "accountant_fallbacks": fallbacks,
             "fallback_accountant": FALLBACK if fallbacks else None,
+            "fallback_reason": fallback_note(self.ledger.accountant),
         }
 
     def epsilon_by_phase(self, clients: Iterable[int]) -> list[list[float]]:

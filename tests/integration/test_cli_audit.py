@@ -220,3 +220,51 @@ def test_a_local_dp_servers_ledger_hint_names_a_command_that_writes_its_file(tmp
         f"--namespace ns --verify {tmp_path / 'keys' / 'public'}"
     ) in line
     assert "audit: fedxab audit clients.db" in shown()  # fedxab run: the ledger it wrote
+
+
+# --- the ledger records each run's delta and accountant: the audit needs no flags --------------
+
+
+@pytest.fixture
+def recorded_runs(tmp_path):
+    """Two runs of data owner client-0/d, no budgets: each run recorded its delta (1e-3 and
+    1e-4) and accountant (moments), as every run of fedxab records them."""
+    path = tmp_path / "ledger.db"
+    with PrivacyLedger(path, accountant="moments") as book:
+        for run, delta, releases in (("run-a", 1e-3, 2), ("run-b", 1e-4, 3)):
+            book.set_run(run, delta, "moments")
+            book.set_owner(run, 0, "client-0/d", "objective-x")
+            for phase in range(1, releases + 1):
+                book.reserve(run, 0, phase, EVENT)
+    return path
+
+
+def test_lifetime_and_per_run_epsilon_need_no_delta_and_use_the_runs_accountant(recorded_runs):
+    moments = make_accountant("moments")
+    result = runner.invoke(app, ["audit", str(recorded_runs), "--lifetime", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["accountant"] == "moments" and row["delta"] == 1e-4  # the smaller: more epsilon
+    assert row["epsilon"] == pytest.approx(moments.epsilon([EVENT] * 5, 1e-4))
+    result = runner.invoke(app, ["audit", str(recorded_runs), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run"]: r for r in json.loads(result.output)}
+    assert rows["run-a"]["epsilon"] == pytest.approx(moments.epsilon([EVENT] * 2, 1e-3))
+    assert rows["run-b"]["epsilon"] == pytest.approx(moments.epsilon([EVENT] * 3, 1e-4))
+    result = runner.invoke(
+        app, ["audit", str(recorded_runs), "--client", "0", "--lifetime", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert [r["releases"] for r in json.loads(result.output)] == [2, 3]
+
+
+def test_an_edited_totals_table_fails_the_audit_naming_it(recorded_runs):
+    import sqlite3
+
+    with sqlite3.connect(recorded_runs) as db:
+        db.execute("DELETE FROM totals WHERE run='run-b'")
+    for args in ([], ["--lifetime"], ["--run", "run-b"]):
+        result = runner.invoke(app, ["audit", str(recorded_runs), *args])
+        assert result.exit_code != 0, args
+        assert "the totals table disagrees with the events" in result.output
+        assert "run run-b, client 0" in result.output

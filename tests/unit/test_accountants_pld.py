@@ -12,6 +12,8 @@ import importlib.util
 import logging
 import math
 import os
+import subprocess
+import sys
 
 import dp_accounting
 import pytest
@@ -164,12 +166,13 @@ def test_after_a_timeout_the_worker_is_started_again_and_answers():
     events = [_event(0.012, 2.4, 60)]
     assert PLD.epsilon(events, 1e-5) == pytest.approx(_direct((0.012, 2.4, 60)).get_epsilon(1e-5))
     assert PLD.fallbacks == 0
-    assert worker._process.is_alive() and worker._process.pid != before
+    assert worker._process.poll() is None and worker._process.pid != before
 
 
 def test_a_worker_that_dies_is_an_answer_of_none_and_is_replaced():
     worker = accountants._WORKER
     assert worker.run(os._exit, (3,), 60.0) is None  # the worker exits mid-computation
+    assert worker.failure == "its worker process stopped (exit status 3)"
     assert worker._process is None
     assert worker.run(math.fsum, ([0.25, 0.5],), 60.0) == 0.75
 
@@ -178,10 +181,10 @@ def test_an_interrupted_call_leaves_no_stale_answer_for_the_next(monkeypatch):
     worker = accountants._WORKER
     assert worker.run(math.fsum, ([1.0],), 60.0) == 1.0  # a running worker
 
-    def interrupted(timeout: float) -> bool:
+    def interrupted(timeout: float) -> bytes:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(worker._conn, "poll", interrupted)
+    monkeypatch.setattr(worker._answers, "get", interrupted)
     with pytest.raises(KeyboardInterrupt):
         worker.run(math.fsum, ([2.0],), 60.0)  # sent, then interrupted before the answer
     monkeypatch.undo()
@@ -191,7 +194,7 @@ def test_an_interrupted_call_leaves_no_stale_answer_for_the_next(monkeypatch):
 def test_an_error_in_the_worker_is_raised_in_the_caller():
     with pytest.raises(ValueError, match="math domain error"):
         accountants._WORKER.run(math.sqrt, (-1.0,), 60.0)
-    assert accountants._WORKER._process.is_alive()  # an error is an answer: the worker stays
+    assert accountants._WORKER._process.poll() is None  # an error is an answer: it stays
 
 
 def test_a_runs_privacy_block_reports_the_fallbacks():
@@ -208,8 +211,11 @@ def test_a_runs_privacy_block_reports_the_fallbacks():
     assert slow["accountant"] == "pld"
     assert slow["accountant_fallbacks"] >= 1
     assert slow["fallback_accountant"] == "rdp"
+    assert slow["fallback_reason"].startswith("the 'pld' accountant did not answer")
+    assert "ran out of time (privacy.accountant_timeout_s = 0.001 s)" in slow["fallback_reason"]
     assert slow["epsilon"] == [RDP.epsilon(events, 1e-5)]
     assert fast["accountant_fallbacks"] == 0 and fast["fallback_accountant"] is None
+    assert fast["fallback_reason"] is None
     assert fast["epsilon"] == [PLD.epsilon(events, 1e-5)]
     assert fast["epsilon"][0] < slow["epsilon"][0]
 
@@ -219,3 +225,70 @@ def test_a_bad_time_limit_is_a_config_error_naming_the_field(timeout_s):
     with pytest.raises(ConfigError) as info:
         make_accountant("pld", timeout_s=timeout_s)
     assert info.value.field == "privacy.accountant_timeout_s"
+
+
+# --- the worker never runs the user's program again ------------------------------------------
+
+LANDMINE = """
+from fedxab.privacy.accountants import make_accountant
+from fedxab.privacy.mechanisms import PrivacyEvent
+accountant = make_accountant("pld")
+epsilon = accountant.epsilon([PrivacyEvent("gaussian", 1.0, 0.35, 1.0, 61)], 1e-5)
+print(f"{epsilon:.2f} {accountant.fallbacks}")
+"""
+"""The issue's landmine figure (q = 0.35, z = 1, 61 releases, delta = 1e-5) by ``pld``, and
+the number of computations ``rdp`` answered instead."""
+
+
+def _python(*args: str, stdin: str | None = None, cwd=None) -> str:
+    done = subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_pld_from_python_stdin_is_pld_not_rdp():
+    # multiprocessing's spawn died here at once ('<stdin>') and rdp answered: 21.78
+    assert _python("-", stdin=LANDMINE).split() == ["19.93", "0"]
+
+
+def test_pld_from_python_c_is_pld_not_rdp():
+    assert _python("-c", LANDMINE).split() == ["19.93", "0"]
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+    script = tmp_path / "user_script.py"
+    runs = tmp_path / "runs.txt"
+    script.write_text(f"with open({str(runs)!r}, 'a') as f:\n    f.write('ran\\n')\n{LANDMINE}")
+    assert _python(str(script), cwd=tmp_path).split() == ["19.93", "0"]
+    assert runs.read_text() == "ran\n"  # spawn ran it again in the worker: twice
+
+
+def test_a_notebook_style_session_is_pld_not_rdp():
+    # as a Jupyter kernel does: the cells are exec'd in an interactive __main__ with no file
+    kernel = (
+        "import sys, types\n"
+        "main = types.ModuleType('__main__')\n"
+        "sys.modules['__main__'] = main\n"
+        f"exec(compile({LANDMINE!r}, '<cell 1>', 'exec'), main.__dict__)\n"
+    )
+    assert _python("-c", kernel).split() == ["19.93", "0"]
+
+
+def test_a_frozen_program_computes_in_a_thread(monkeypatch):
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    worker = accountants._Worker()
+    events = (_event(0.35, 1.0, 61),)
+    assert worker.run(accountants._pld_epsilon, (events, 1e-5), 60.0) == pytest.approx(
+        19.93, abs=0.01
+    )
+    assert worker._process is None  # no process started
+    assert worker.run(accountants._pld_epsilon, ((_event(0.3, 0.9, 700),), 1e-5), 1e-3) is None
+    assert worker.failure.startswith("ran out of time")

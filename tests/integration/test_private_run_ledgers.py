@@ -1,0 +1,99 @@
+"""What a private ``fedxab run`` says about its ledger and its accounting (issue 36): a relative
+``[privacy] ledger`` lies in the output directory, so ``--output`` moves it; the ledger records
+the run's delta and accountant, so ``fedxab audit`` needs no flag; an accountant that falls back
+to ``rdp`` says so in results.json and in the run's summary; two runs started together on one
+lifetime ledger stop within the lifetime budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_private_runs import CLIENTS, PRIVACY_DELTA, SEED, _epsilon_after
+
+from fedxab.privacy.ledger import PrivacyLedger
+
+JOB = (
+    "[run]\nbudget = 30000\n[objective]\nname = 'garland'\n"
+    "[algorithm]\nname = 'dpfedpne'\nepsilon = 0.5\nprivacy_delta = 0.001\n"
+    "composition = 'sequential'\n"
+    f"[federation]\nclients = {CLIENTS}\nheterogeneity = 'offset'\n"
+    "[privacy]\n"
+)
+
+
+def _fedxab(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "FEDXAB_HOME": str(cwd / "home"), "COLUMNS": "200"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedxab.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def _done(process: subprocess.Popen) -> str:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    return out
+
+
+def test_a_relative_ledger_follows_output_and_the_audit_needs_no_delta(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text(JOB + "ledger = 'ledger.db'\naccountant = 'moments'\n")
+    out = _done(_fedxab("run", str(config), "--seed", str(SEED), "-o", "elsewhere", cwd=tmp_path))
+    ledger = tmp_path / "elsewhere" / "ledger.db"
+    assert ledger.is_file()
+    assert "privacy ledger: elsewhere/ledger.db (audit: fedxab audit elsewhere/ledger.db)" in out
+    (run,) = json.loads((tmp_path / "elsewhere" / "results.json").read_text())["runs"]
+    assert run["privacy"]["ledger"] == "elsewhere/ledger.db"
+    # no budget, no --delta, no --accountant: the run's own delta and accountant
+    audit = json.loads(_done(_fedxab("audit", str(ledger), "--json", cwd=tmp_path)))
+    assert [row["epsilon"] for row in audit] == pytest.approx(run["privacy"]["epsilon"])
+    assert {row["accountant"] for row in audit} == {"moments"}
+    assert {row["delta"] for row in audit} == {PRIVACY_DELTA}
+    lifetime = json.loads(
+        _done(_fedxab("audit", str(ledger), "--lifetime", "--json", cwd=tmp_path))
+    )
+    assert [row["epsilon"] for row in lifetime] == pytest.approx(run["privacy"]["epsilon"])
+
+
+def test_a_forced_fallback_is_in_the_results_and_the_summary(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text(JOB + "accountant = 'pld'\naccountant_timeout_s = 1e-6\n")
+    out = _done(_fedxab("run", str(config), "--seed", str(SEED), "-o", "out", cwd=tmp_path))
+    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    privacy = run["privacy"]
+    assert privacy["accountant"] == "pld" and privacy["fallback_accountant"] == "rdp"
+    assert privacy["accountant_fallbacks"] >= 1
+    assert "ran out of time (privacy.accountant_timeout_s = 1e-06 s)" in privacy["fallback_reason"]
+    assert f"privacy, seed {SEED}: the 'pld' accountant did not answer" in out
+    assert "'rdp' answered them" in out
+
+
+@pytest.mark.slow  # two private runs at once, about 20 s on 2 cores
+def test_two_runs_started_together_on_one_lifetime_ledger_stop_within_it(tmp_path):
+    # the lifetime budget fits 4 releases per data owner: one run alone would release more
+    lifetime = (_epsilon_after(4) + _epsilon_after(5)) / 2
+    config = tmp_path / "job.toml"
+    shared = tmp_path / "shared.db"
+    config.write_text(JOB + f"ledger = '{shared}'\nlifetime_epsilon = {lifetime!r}\n")
+    runs = [
+        _fedxab("run", str(config), "--seed", str(seed), "-o", f"out-{seed}", "-q", cwd=tmp_path)
+        for seed in (SEED, SEED + 1)
+    ]
+    for process in runs:
+        _done(process)
+    with PrivacyLedger(shared) as ledger:
+        owners = ledger.owners()
+        assert len(owners) == CLIENTS
+        for owner in owners:
+            releases = sum(len(ledger.events(run, m)) for run, m in ledger.owner_runs(owner))
+            assert releases == 4, owner
+            assert ledger.lifetime_spent(owner) <= lifetime
