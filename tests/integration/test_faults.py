@@ -33,6 +33,8 @@ from fedxab.config import load_config
 from fedxab.run.identity import run_id_for
 from fedxab.security.keys import generate_keys, load_key
 
+pytestmark = pytest.mark.slow  # about 90 s: processes, brokers stopped and restarted
+
 LIMIT_S = 10  # [broker] unreachable_s of these runs
 ERROR_WITHIN_S = LIMIT_S + 20  # the stated limit, plus start-up and shutdown of a process
 

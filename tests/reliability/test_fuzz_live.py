@@ -57,6 +57,8 @@ from fedxab.run.identity import protocol_of
 from fedxab.security.keys import generate_keys, load_key
 from fedxab.security.signing import HmacSigner
 
+pytestmark = pytest.mark.slow  # about a minute: two whole runs under 100,000 confused records
+
 VARIANTS = int(os.environ.get("FEDXAB_FUZZ_VARIANTS", "1100"))
 LEAST_PER_MODE = 50_000 * VARIANTS // 1100  # at the default, 100,000 in the two modes
 TIMEOUT_S = 600.0

@@ -122,6 +122,7 @@ def _state(agent):
     return (run.phase, sorted(run.accepted), agent.server.reported)
 
 
+@pytest.mark.slow  # live agents: about 18 s
 @FUZZ
 @given(data=mutated(REPORT), key=st.sampled_from(["0", "1", None]))
 def test_a_live_server_agent_classifies_every_record_once(rejection_log, data, key):
@@ -143,6 +144,7 @@ def test_a_live_server_agent_classifies_every_record_once(rejection_log, data, k
         assert _state(agent) == state
 
 
+@pytest.mark.slow  # live agents: about 18 s
 @FUZZ
 @given(data=mutated(BROADCAST))
 def test_a_live_client_agent_rejects_bad_broadcasts(data):
