@@ -1133,6 +1133,24 @@ def _validate_objects(config: Config) -> None:
     )
 
 
+NOISE_FREE_ALGORITHMS = ("fedpne",)
+"""Algorithms with a ``noise_free`` mode, which ``[objective] deterministic = true`` turns on
+unless ``[algorithm] noise_free`` says otherwise: one pull tells a node's value exactly."""
+
+
+def _noise_free_default(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    objective, algorithm = data.get("objective"), data.get("algorithm")
+    if (
+        isinstance(objective, Mapping)
+        and objective.get("deterministic") is True
+        and isinstance(algorithm, Mapping)
+        and algorithm.get("name") in NOISE_FREE_ALGORITHMS
+        and "noise_free" not in algorithm
+    ):
+        return {**data, "algorithm": {**algorithm, "noise_free": True}}
+    return data
+
+
 def _user_objective(data: Mapping[str, Any]) -> bool:
     table = data.get("objective")
     return isinstance(table, Mapping) and table.get("function") is not None
@@ -1154,6 +1172,7 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
                 str(key),
                 f"unknown section [{key}]; allowed sections: {', '.join(sorted(sections))}",
             )
+    data = _noise_free_default(data)
     if _user_objective(data) and isinstance(data.get("federation"), Mapping):
         # a user's objective: every client evaluates its own function, no simulated family
         data = {**data, "federation": {"heterogeneity": "none", **data["federation"]}}

@@ -19,6 +19,15 @@ and (D)'s width counts the pulls behind them; once every client has withdrawn th
 ``depth_counting``: ``"true"`` (default) uses the true depth of the active nodes in every
 formula; ``"literal"`` reproduces the paper's counter, one larger than the true depth.
 The recommendation is the centre of the best node of the last completed phase.
+
+``noise_free`` (fedxab's, for deterministic objectives: ``[objective] deterministic`` sets it):
+one pull of a node tells its value exactly, so every client pulls each active node once
+(``t_h = 1``), the width is 0, and the run descends one depth per phase with no step (A). The
+elimination rule keeps its slack, so a node holding a maximiser is never eliminated (its
+centre is within ``nu rho^h`` of ``f*`` under [FX]'s smoothness assumption, and no centre is
+above ``f*``): the best centre of the last completed depth H is then within ``nu rho^H`` of
+``f*``, as for deterministic optimistic optimisation. Each phase costs at least one pull, so a
+run ends within its budget T.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from fedxab.algorithms.protocol import (
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
 from fedxab.errors import ProtocolError
-from fedxab.validation import check_choice
+from fedxab.validation import check_bool, check_choice
 
 DEPTH_COUNTING = ("true", "literal")
 
@@ -92,8 +101,10 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         k: int = 2,
         split: str = "random",
         depth_counting: str = "true",
+        noise_free: bool = False,
         seed: int = 0,
     ) -> None:
+        self.noise_free = check_bool("algorithm.noise_free", noise_free)
         self.constants = PNEConstants.resolve(
             n_clients=n_clients,
             horizon=budget,
@@ -134,11 +145,14 @@ class FedPNEServer(InboxServer[FedPNEReport]):
 
     def _next_phase(self) -> FedPNEBroadcast:
         m = self.n_clients
-        while len(self.active) * self._tau(self.depth) <= m or self._tau(self.depth) <= 1:
-            self.active = children(self.active, self.k)  # (A) expansion without sampling
-            self.depth += 1
+        if self.noise_free:  # one pull of each active node per client, one depth per phase
+            t_h = 1
+        else:
+            while len(self.active) * self._tau(self.depth) <= m or self._tau(self.depth) <= 1:
+                self.active = children(self.active, self.k)  # (A) expansion without sampling
+                self.depth += 1
+            t_h = -(-self._tau(self.depth) // m)  # ceil(tau_h / M)
         self.phase += 1
-        t_h = -(-self._tau(self.depth) // m)  # ceil(tau_h / M)
         self._current = FedPNEBroadcast(self.phase, self.depth, self.active, t_h)
         self._inbox.open(self.phase)
         return self._current
@@ -179,7 +193,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
             return self._finish()
         means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node  # type: ignore[union-attr]
-        width = float(self.constants.width(len(reports) * t_h))
+        width = 0.0 if self.noise_free else float(self.constants.width(len(reports) * t_h))
         survive, best = eliminate(means, width, self.constants.slack(self.depth + self._offset))
         self.history.append(
             PhaseRecord(

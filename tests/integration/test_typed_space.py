@@ -136,18 +136,26 @@ def test_a_deterministic_objective_is_never_evaluated_twice(algorithm):
 def test_a_deterministic_box_objective_is_called_once_per_point():
     calls: Counter = Counter()
 
-    def objective(x):
-        calls[x.tobytes()] += 1
+    def objective(x, client_id):
+        calls[(client_id, x.tobytes())] += 1
         return -float(np.sum((x - 0.3) ** 2))
 
-    noisy = fedxab.federate(objective, [[0, 1], [0, 1]], clients=2, budget=200)
-    repeated = sum(calls.values())
+    box = [[0, 1], [0, 1]]
+    noisy = fedxab.federate(objective, box, clients=2, budget=200)
+    assert sum(calls.values()) == 400 and max(calls.values()) > 1  # Fed-PNE re-pulls
     calls.clear()
-    once = fedxab.federate(objective, [[0, 1], [0, 1]], clients=2, budget=200, deterministic=True)
-    assert max(calls.values()) == 1 * 2  # the two clients share the function: once each
-    assert sum(calls.values()) < repeated == 400
-    # the same run otherwise: the cache answers repeats with the value observed
-    assert once.runs[0].to_dict()["clients"] == noisy.runs[0].to_dict()["clients"]
+    # the cache alone (Fed-PNE's noise_free mode off): the same run, repeats not called
+    cached = fedxab.federate(
+        objective, box, clients=2, budget=200, deterministic=True, params={"noise_free": False}
+    )
+    assert max(calls.values()) == 1 and sum(calls.values()) < 400
+    assert cached.runs[0].to_dict()["clients"] == noisy.runs[0].to_dict()["clients"]
+    calls.clear()
+    # deterministic turns Fed-PNE's noise_free mode on: every pull is a new point, so the
+    # budget counts calls of the function
+    once = fedxab.federate(objective, box, clients=2, budget=200, deterministic=True)
+    assert max(calls.values()) == 1 and sum(calls.values()) == 400
+    assert once.runs[0].communication["rounds"] > noisy.runs[0].communication["rounds"]
 
 
 def test_a_config_with_a_space_table():

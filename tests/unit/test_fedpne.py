@@ -324,3 +324,40 @@ def test_dp_client_clips_rewards_to_its_range_and_calibrates_to_its_width():
         DPFedPNEClient(
             0, [[0, 1]], budget=50, epsilon=0.5, privacy_delta=1e-3, reward_range=(2.0, 1.0)
         )
+
+
+def test_noise_free_mode_pulls_each_node_once_and_keeps_the_maximiser():
+    """``noise_free`` (a deterministic objective): t_h = 1, width 0, one depth per phase; on
+    f(x) = 1 - |x - 0.3| (f* - f(centre) <= nu rho^h = 2^-h on dyadic cells) the node holding
+    x* = 0.3 is never eliminated, so the recommendation is within nu rho^H of f*."""
+    from fedxab.algorithms.protocol import Finished
+    from fedxab.algorithms.registry import make_federation
+
+    def f(X):
+        return 1.0 - np.abs(X[:, 0] - 0.3)
+
+    server, clients = make_federation(
+        "fedpne", [[0.0, 1.0]], n_clients=2, budget=64, seed=0, params={"noise_free": True}
+    )
+    seen: list[bytes] = []
+
+    def evaluate(X):
+        seen.extend(row.tobytes() for row in X)
+        return f(X)
+
+    message = server.start()
+    while not isinstance(message, Finished):
+        assert message.pulls_per_node == 1
+        for m, client in enumerate(clients):
+            server.receive(m, client.answer(message, evaluate))
+        message = server.close_phase()
+    history = server.history
+    assert [p.depth for p in history] == list(range(len(history)))
+    assert all(p.width == 0.0 for p in history)
+    for p in history:  # the cell holding x* survives every elimination
+        lowers = [server.partition.cell(p.depth, int(i))[0][0] for i in p.nodes]
+        uppers = [server.partition.cell(p.depth, int(i))[1][0] for i in p.nodes]
+        assert any(lo <= 0.3 <= up for lo, up in zip(lowers, uppers, strict=True))
+    depth = history[-1].depth
+    assert 1.0 - f(message.recommendation[None])[0] <= 0.5**depth
+    assert len(seen) == len(set(seen)) * 2  # two clients, each point once per client
