@@ -1188,20 +1188,22 @@ def _verify_ledger(ledger: Path, public_keys: Path, run_id: str | None) -> None:
             "ledger from before evidence was kept), so nothing in it can be verified"
         )
     notes = _console(stderr=True)
-    for failure in result.failures:
+    for failure in (*result.failures, *result.whole):
         notes.print(Text(f"verification failed: {failure}", style="red"), soft_wrap=True)
     if not result.rows:
         of_run = "" if run_id is None else f" of run {run_id}"
         raise FedxabError(f"--verify: {ledger} holds no release{of_run} to verify")
-    if result.failures:
+    if result.failures or result.whole:
+        whole = f", and {len(result.whole)} client(s)' records as a whole" if result.whole else ""
         raise FedxabError(
-            f"{len(result.failures)} of {result.rows} release(s) failed verification with the "
-            f"public keys in {public_keys}"
+            f"{len(result.failures)} of {result.rows} release(s){whole} failed verification "
+            f"with the public keys in {public_keys}"
         )
     notes.print(
         f"{result.verified} release(s) verified with the public keys in {public_keys}: "
         f"{result.verified - result.by_server} signed by their client, {result.by_server} by "
-        "the server (central DP)",
+        f"the server (central DP); {result.closed} client(s) of a run checked as a whole "
+        f"against their signed end marker, {result.open} without one (rows checked one by one)",
         soft_wrap=True,
         markup=False,
     )

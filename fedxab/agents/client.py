@@ -361,8 +361,10 @@ class ClientAgent:
         ends = []
         for m, gate in self.gates.items():
             rows = [(p, r, e) for p, r, _, e in gate.ledger.history(self.run_id, m)]
-            record = end_record(self.run_id, m, rows, namespace=self.namespace)
-            ends.append((str(m), self._seal(record, m)))
+            sealed = self._seal(end_record(self.run_id, m, rows, namespace=self.namespace), m)
+            if self.signer is not None:  # kept: the client's rows, as a whole, for an auditor
+                gate.ledger.set_end(self.run_id, m, sealed)
+            ends.append((str(m), sealed))
         await self.broker.publish_many(self.topics["ledger"], ends)
 
     async def _send(self, answers: list[tuple[int, Any]], phase: int) -> int:

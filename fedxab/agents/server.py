@@ -606,7 +606,10 @@ class ServerAgent:
             if end:
                 rows = [(p, r, e) for p, r, _, e in self.run_ledger.ledger.history(self.run_id, m)]
                 record = end_record(self.run_id, m, rows, by_server=True, namespace=ns)
-                records.append((str(m), self._seal_about(record, m)))
+                sealed = self._seal_about(record, m)
+                if self.signer is not None:
+                    gate.ledger.set_end(self.run_id, m, sealed)
+                records.append((str(m), sealed))
         await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _publish_budgets(self, run_ledger: RunLedger) -> None:

@@ -50,9 +50,10 @@ line), and a rebuild yields to the event loop every :data:`YIELD_EVERY` records,
 flooded with junk delays a server's results by the time it takes to read it and nothing else.
 
 In a signed run each record is signed by the client it is about (under central DP, by the server,
-naming the client), and every release row keeps its signed record as its evidence (the client's
-own ledger and a ledger rebuilt with the verifying keys alike), so that an auditor can verify
-every row again later with public keys alone (:mod:`fedxab.privacy.verify`).
+naming the client), and every release row keeps its signed record as its evidence, and every
+client its signed end marker (the client's own ledger and a ledger rebuilt with the verifying keys
+alike), so that an auditor can verify every row, and each client's rows as a whole, again later
+with public keys alone (:mod:`fedxab.privacy.verify`).
 """
 
 from __future__ import annotations
@@ -595,6 +596,9 @@ class _Reader:
         if entry.entry == "end":
             if _complete(ledger, self.run_id, entry):
                 self.result.ended.add(entry.client)
+                evidence = self.evidence(record)
+                if evidence is not None:  # the client's rows, as a whole, for an auditor
+                    ledger.set_end(self.run_id, entry.client, evidence)
             else:
                 held = len(ledger.history(self.run_id, entry.client))
                 self.refuse(

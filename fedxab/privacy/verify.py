@@ -18,6 +18,13 @@ verified again from that evidence alone:
    ones; an owner's lifetime budget in the ledger (whose delta its lifetime epsilon is accounted
    at) is one its records signed (a failure on the owner's first row otherwise).
 
+4. the rows as a whole: a client's signed end marker, kept with the ledger
+   (:meth:`~fedxab.privacy.ledger.PrivacyLedger.set_end`), gives the number and digest of its
+   releases in the run, so a row deleted (a release hidden from the accounting) or added fails
+   as a mismatch on that client; a client without an end marker (a run still going, or one whose
+   marker was removed) is counted (:attr:`Verification.open`): its rows are verified one by one
+   only.
+
 A row without evidence cannot be verified and fails; a ledger none of whose rows has evidence
 (recorded by a run that does not sign) is one finding, :attr:`Verification.unsigned`, not one
 failure per row. A client's own ledger (signed runs) and a ledger rebuilt from the topic both keep
@@ -35,7 +42,7 @@ from dataclasses import dataclass, field
 
 from fedxab.errors import ConfigError, ProtocolError
 from fedxab.privacy.ledger import Budget, PrivacyLedger
-from fedxab.privacy.mirror import Entry, entry_of
+from fedxab.privacy.mirror import Entry, entry_of, releases_digest
 from fedxab.security.signing import Signer
 
 __all__ = ["Failure", "Verification", "verify_ledger"]
@@ -47,15 +54,16 @@ class Failure:
 
     run: str
     client: int
-    phase: int
-    release: int
+    phase: int | None
+    """None: the client's records as a whole (its end marker, its owner's lifetime budget)."""
+    release: int | None
     reason: str
 
     def __str__(self) -> str:
-        return (
-            f"run {self.run}, client {self.client}, phase {self.phase}, release {self.release}: "
-            f"{self.reason}"
-        )
+        where = f"run {self.run}, client {self.client}"
+        if self.phase is not None:
+            where += f", phase {self.phase}, release {self.release}"
+        return f"{where}: {self.reason}"
 
 
 @dataclass
@@ -68,12 +76,19 @@ class Verification:
     by_server: int = 0
     unsigned: int = 0
     """Rows without evidence (each is also a failure)."""
+    closed: int = 0
+    """Clients (of a run) whose rows match their signed end marker."""
+    open: int = 0
+    """Clients (of a run) with rows but no end marker kept: verified row by row only."""
     failures: list[Failure] = field(default_factory=list)
+    """The rows that failed."""
+    whole: list[Failure] = field(default_factory=list)
+    """The checks of a client's records as a whole that failed (end marker, lifetime budget)."""
 
     @property
     def ok(self) -> bool:
-        """Whether there was a row to check and every row verified."""
-        return self.rows > 0 and not self.failures
+        """Whether there was a row to check and every row and whole verified."""
+        return self.rows > 0 and not self.failures and not self.whole
 
     @property
     def all_unsigned(self) -> bool:
@@ -138,8 +153,9 @@ def verify_ledger(ledger: PrivacyLedger, verifier: Signer, run: str | None = Non
         result.verified += 1
         result.by_server += entry.by_server
         if owner is not None and entry.owner is not None:
-            first = Failure(run_id, client, phase, release, "")
+            first = Failure(run_id, client, None, None, "")
             lifetimes.setdefault(owner, (first, set()))[1].add(entry.owner.lifetime)
+    _check_ends(ledger, verifier, run, result)
     for owner, (first, signed) in lifetimes.items():
         stored = ledger.lifetime_budget(owner)
         if stored not in signed:
@@ -148,5 +164,39 @@ def verify_ledger(ledger: PrivacyLedger, verifier: Signer, run: str | None = Non
                 f"lifetime budget of data owner {owner!r}: the ledger's {stored} is signed by "
                 f"none of its records (they sign {', '.join(shown)})"
             )
-            result.failures.append(dataclasses.replace(first, reason=reason))
+            result.whole.append(dataclasses.replace(first, reason=reason))
     return result
+
+
+def _check_ends(
+    ledger: PrivacyLedger, verifier: Signer, run: str | None, result: Verification
+) -> None:
+    """Each client's rows as a whole against its kept end marker (module docstring, 4)."""
+    ends = ledger.ends(run)
+    runs = [run] if run is not None else ledger.runs()
+    for r in runs:
+        for client in ledger.history_all(r):
+            if (r, client) not in ends:
+                result.open += 1
+    for (r, client), evidence in sorted(ends.items()):
+        rows = [(p, k, e) for p, k, _, e in ledger.history(r, client)]
+        try:
+            entry = entry_of(verifier.open(evidence), r, signed=True)
+        except (ProtocolError, ConfigError) as exc:
+            reason = f"end marker: {getattr(exc, 'reason', 'malformed')}: {exc}"
+            result.whole.append(Failure(r, client, None, None, reason))
+            continue
+        if entry.entry != "end" or entry.client != client:
+            other = f"client {entry.client}'s {entry.entry!r}"
+            reason = f"end marker: the evidence is another record ({other})"
+            result.whole.append(Failure(r, client, None, None, reason))
+            continue
+        if len(rows) != entry.releases or releases_digest(rows) != entry.digest:
+            reason = (
+                f"releases as a whole: the signed end marker closes {entry.releases} "
+                f"release(s) (digest {entry.digest[:12]}...), the ledger holds {len(rows)} "
+                f"(digest {releases_digest(rows)[:12]}...): a row was deleted or added"
+            )
+            result.whole.append(Failure(r, client, None, None, reason))
+            continue
+        result.closed += 1

@@ -117,11 +117,18 @@ def test_every_row_that_fails_is_named(keys, tmp_path):
     assert named[RUN, 8, 9, 0].startswith("no evidence")
     assert "client 3" in named[RUN, 4, 9, 0] and "phase 1" in named[RUN, 4, 9, 0]
     assert "event" in named[RUN, 5, 2, 0]
+    # each of those clients' rows no longer match its signed end marker as a whole
+    whole = {f.client: f.reason for f in result.whole}
+    assert sorted(whole) == [4, 5, 7, 8] and all("as a whole" in r for r in whole.values())
+    assert "closes 2 release(s)" in whole[4] and "the ledger holds 3" in whole[4]
+    assert (result.closed, result.open) == (6, 0)
     shown = runner.invoke(app, ["audit", str(ledger), "--verify", str(keys / "public")])
     assert shown.exit_code == 2, shown.output
-    for failure in result.failures:
-        assert str(failure)[:60] in shown.output
-    assert f"4 of {10 * RELEASES + 3} release(s) failed verification" in shown.output
+    for failure in result.failures + result.whole:
+        assert str(failure)[:60] in " ".join(shown.output.split())
+    assert f"4 of {10 * RELEASES + 3} release(s), and 4 client(s)' records as a whole failed" in (
+        " ".join(shown.output.split())
+    )
     made_up = Ed25519Signer({SERVER: PrivateKey.generate(SERVER)}, {}, CLIENTS)
     about = made_up.seal_about(release_record(RUN, 2, 9, EVENT, by_server=True), 2, "s")
     with PrivacyLedger(ledger) as book:
@@ -289,6 +296,7 @@ def test_lifetime_audit_of_two_signed_kafka_runs_with_public_keys_alone(dev_brok
                                     "--json"])  # fmt: skip
         assert shown.exit_code == 0, shown.output
         assert "32 release(s) verified" in shown.output
+        assert "8 client(s) of a run checked as a whole" in " ".join(shown.output.split())
         return {row["owner"]: row for row in json.loads(shown.stdout)}
 
     by_auditor, by_clients = lifetime(audited), lifetime(own)
@@ -315,6 +323,7 @@ def test_lifetime_audit_of_two_signed_kafka_runs_with_public_keys_alone(dev_brok
         )
         db.execute("UPDATE owners SET owner='client-9/elsewhere' WHERE run=? AND client=3",
                    (runs[0],))  # fmt: skip
+        db.execute("DELETE FROM events WHERE run=? AND client=1 AND phase=4", (runs[1],))
         db.execute("UPDATE lifetime_budgets SET delta=0.5 WHERE owner=?", (owners[0],))
         db.execute("UPDATE runs SET delta=0.5 WHERE run=?", (runs[0],))
     failed = runner.invoke(app, ["audit", str(audited), "--lifetime", "--verify", public])
@@ -324,5 +333,8 @@ def test_lifetime_audit_of_two_signed_kafka_runs_with_public_keys_alone(dev_brok
     assert f"run {runs[0]}, client 3, phase 1, release 0: data owner" in text
     assert "client-9/elsewhere" in text
     edited = "the ledger's Budget(epsilon=50.0, delta=0.5) is signed by none of its records"
-    assert f"lifetime budget of data owner '{owners[0]}': {edited}" in text
+    assert f"client 0: lifetime budget of data owner '{owners[0]}': {edited}" in text
     assert f"run {runs[0]}, client 0, phase 1, release 0: run accounting" in text
+    deleted = "releases as a whole: the signed end marker closes 4 release(s)"
+    assert f"run {runs[1]}, client 1: {deleted}" in text
+    assert "the ledger holds 3" in text and "a row was deleted or added" in text
