@@ -23,7 +23,6 @@ Only this module prints; library code logs through :mod:`logging`.
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import math
 from collections.abc import Iterator
@@ -40,9 +39,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fedxab.errors import FedxabError
-from fedxab.monitoring.plots import METRICS as PLOT_METRICS
+from fedxab.monitoring.plots import Metric as PlotMetric
 from fedxab.monitoring.progress import ProgressMode, Status, make_progress
-from fedxab.security.signing import SCHEMES as SIGNATURE_SCHEMES
+from fedxab.security.signing import Scheme
 
 __all__ = ["app", "main"]
 
@@ -147,10 +146,6 @@ ProgressOption = Annotated[
 ]
 
 
-MetricChoice = enum.StrEnum("MetricChoice", {name: name for name in PLOT_METRICS})
-"""The ``--metric`` choices of ``fedxab plot``: :data:`fedxab.monitoring.plots.METRICS`."""
-
-
 def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False)
 
@@ -190,10 +185,11 @@ def _observers(
             )
         yield None
         return
-    from fedxab.run.observe import Observers
+    from fedxab.run.observe import Observers, RunObserver
 
     with contextlib.ExitStack() as stack:
-        observers, served = [], []
+        observers: list[RunObserver] = []
+        served: list[str] = []
         if metrics_port is not None:
             from fedxab.monitoring.endpoint import MetricsEndpoint
             from fedxab.monitoring.metrics import FederationMetrics
@@ -1158,8 +1154,8 @@ def audit(
                 if lifetime or owners:
                     title = f"lifetime spend per data owner ({names[0]} accountant)"
                     tables.append((title, ["owner", "runs", *spend], owners))
-            notes = [fallback_note(a) for a in (book.accountant, *also)]
-        for note in filter(None, notes):
+            fallbacks = [fallback_note(a) for a in (book.accountant, *also)]
+        for note in filter(None, fallbacks):
             _console(stderr=True).print(Text(note, style="bold yellow"), soft_wrap=True)
         if as_json:
             console.print_json(json.dumps(tables[0][2]))
@@ -1214,8 +1210,11 @@ def _audit_table(title: str, columns: list[str], rows: list[dict]) -> Table:
     too wide for the terminal folds onto more lines, never loses characters (run ids, owners)."""
     table = Table(title=title)
     for name in columns:
-        justify = "left" if name in {"run", "owner"} else "right"
-        table.add_column(name.replace("_", " "), justify=justify, overflow="fold")
+        table.add_column(
+            name.replace("_", " "),
+            justify="left" if name in {"run", "owner"} else "right",
+            overflow="fold",
+        )
     for row in rows:
         cells = (
             _cell(c, row["epsilons"][c.split()[1]] if c.startswith("epsilon ") else row[c])
@@ -1234,14 +1233,14 @@ def plot(
         Path, typer.Option("--output", "-o", help="Image file to write (.png, .pdf, .svg).")
     ] = Path("regret.png"),
     metric: Annotated[
-        MetricChoice,
+        PlotMetric,
         typer.Option(
             help="Which regret to plot against the round number (local_cumulative_regret, "
             "global/local_simple_regret: federated runs, mean over clients); best_observed: "
             "the clients' best observed value so far (mean over clients; no optimum needed); "
             "or epsilon: the privacy loss of private runs (max over clients) against the phase."
         ),
-    ] = MetricChoice.cumulative_regret,
+    ] = "cumulative_regret",
     title: Annotated[str | None, typer.Option(help="Figure title.", show_default=False)] = None,
 ) -> None:
     """Plot regret, best observed or epsilon curves (mean ± 1 std over runs), one per results
@@ -1249,7 +1248,7 @@ def plot(
     from fedxab.monitoring.plots import plot_regret
 
     with _errors_as_exit_code():
-        path = plot_regret(results, output, metric=metric.value, title=title)
+        path = plot_regret(results, output, metric=metric, title=title)
     _console().print(f"plot: {path}", soft_wrap=True, markup=False)
 
 
@@ -1617,9 +1616,6 @@ keys_app = typer.Typer(
 )
 app.add_typer(keys_app)
 
-SchemeChoice = enum.StrEnum("SchemeChoice", {name: name for name in SIGNATURE_SCHEMES})
-"""The ``--scheme`` choices of ``fedxab keys generate``: :data:`fedxab.security.signing.SCHEMES`."""
-
 
 @keys_app.command("generate")
 def keys_generate(
@@ -1633,7 +1629,7 @@ def keys_generate(
         ),
     ],
     scheme: Annotated[
-        SchemeChoice,
+        Scheme,
         typer.Option(
             "--scheme",
             help="ed25519: a key pair for the server and each client; the server holds the "
@@ -1641,7 +1637,7 @@ def keys_generate(
             "the public keys. hmac: one secret key per client, shared with the server (which "
             "could then sign as any client).",
         ),
-    ] = SchemeChoice.ed25519,
+    ] = "ed25519",
     if_missing: Annotated[
         bool,
         typer.Option(
@@ -1667,7 +1663,7 @@ def keys_generate(
     )
     from fedxab.security.keys import generate_keys, key_file_name, load_key
 
-    ed25519 = scheme == SchemeChoice.ed25519
+    ed25519 = scheme == "ed25519"
     console = _console()
     with _errors_as_exit_code():
         if ed25519:

@@ -49,7 +49,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Literal, Self, get_args
 
 from fedxab.broker.codec import MAX_MESSAGE_BYTES, SERVER, Envelope, packb, unpack_frame
 from fedxab.errors import ProtocolError
@@ -77,10 +77,11 @@ __all__ = [
 SIG_BYTES = hashlib.sha256().digest_size
 """Length of one HMAC tag (an HMAC-SHA256), in bytes."""
 
-SCHEME_IDS = {"hmac": 1, "ed25519": 2}
-"""The first element of the signed header, by scheme (another value is refused)."""
-SCHEMES = tuple(SCHEME_IDS)
+Scheme = Literal["hmac", "ed25519"]
 """The signature schemes (``[security] scheme``)."""
+SCHEMES: tuple[Scheme, ...] = get_args(Scheme)
+SCHEME_IDS: dict[str, int] = {"hmac": 1, "ed25519": 2}
+"""The first element of the signed header, by scheme (another value is refused)."""
 
 SIGNATURE_REASONS = ("malformed", "missing_signature", "unknown_sender", "bad_signature")
 """The values of :attr:`SignatureError.reason`."""
