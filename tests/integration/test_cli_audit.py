@@ -268,3 +268,24 @@ def test_an_edited_totals_table_fails_the_audit_naming_it(recorded_runs):
         assert result.exit_code != 0, args
         assert "the totals table disagrees with the events" in result.output
         assert "run run-b, client 0" in result.output
+
+
+def test_an_accountant_that_falls_back_says_so_in_the_audit(tmp_path, monkeypatch):
+    from fedxab.privacy import accountants
+
+    path = tmp_path / "ledger.db"
+    odd = PrivacyEvent("gaussian", 1.37, 0.21, 1.0, 1)  # a history no other test accounts
+    with PrivacyLedger(path) as book:
+        book.set_run("r", 1e-5, "pld")
+        book.record("r", 0, 1, odd)
+
+    def no_answer(compute, args, timeout_s):
+        accountants._WORKER.failure = "ran out of time (privacy.accountant_timeout_s = 60 s)"
+
+    monkeypatch.setattr(accountants._WORKER, "run", no_answer)
+    result = runner.invoke(app, ["audit", str(path), "--json"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "the 'pld' accountant did not answer" in result.output
+    assert "'rdp' answered them" in result.output
+    rows = json.loads(result.output[result.output.index("[") :])
+    assert rows[0]["epsilon"] == make_accountant("rdp").epsilon([odd], 1e-5)
