@@ -8,9 +8,15 @@ Rows are never updated or deleted (evidence may be attached once to a row that h
 event no accountant can account (e.g. a count below 1) is refused before it is recorded.
 
 Spent epsilon is always recomputed from the events by an accountant
-(:mod:`fedxab.privacy.accountants`), at the delta of the client's budget. Before a release the
-client asks :meth:`PrivacyLedger.check_release`, which raises :class:`PrivacyBudgetExceeded` if
-the release would take it over its budget: nothing has been released or recorded at that point.
+(:mod:`fedxab.privacy.accountants`), at the delta of the client's budget (or of its run:
+:meth:`PrivacyLedger.set_run` records each run's delta and accountant). Before a release the
+client calls :meth:`PrivacyLedger.reserve`, which re-reads its events, checks the budgets and
+records the release in one write transaction (``BEGIN IMMEDIATE``), raising
+:class:`PrivacyBudgetExceeded` if the release would take it over a budget: nothing has been
+released or recorded at that point, and no other process can record in between, so processes
+sharing a ledger cannot overspend a budget together (:meth:`PrivacyLedger.check_release` is the
+check alone). Every key and value is range-checked before it touches SQLite (a release index
+of 2^63 is a refused record, a :class:`~fedxab.errors.ConfigError` naming the field).
 
 An accountant's epsilon depends only on the multiset of event kinds (mechanism, noise multiplier,
 sampling rate, sensitivity, scope) with their counts summed: events of one scope compose by adding
@@ -18,13 +24,16 @@ their RDP (``count`` times each), which does not depend on their order, and scop
 maximum. So the ledger keeps a **materialized view**, the table ``totals``: per (run, client,
 event kind), the summed count, maintained by an ``AFTER INSERT ON events`` trigger in the same
 transaction as the event, whatever inserts it (a duplicate ignored by ``INSERT OR IGNORE`` fires
-no trigger). It is derived data, never written directly. Accounting reads a client's *canonical
+no trigger). It is derived data, never written directly, and never trusted for a budget: a
+budget check sums the client's (or owner's) own events (:meth:`PrivacyLedger.client_history`,
+:meth:`PrivacyLedger.owner_history`). Accounting a whole run reads each client's *canonical
 history* (:func:`canonical`: one event per kind, summed counts, sorted) from it, so its cost does
-not grow with the number of releases, and :meth:`PrivacyLedger.spent_all` accounts a whole run
-with one query and one accountant call per distinct (history, delta): ten thousand clients with
-the same history share one computation. (Summing counts is exact in arithmetic; in floating
-point, ``n`` times an RDP value may differ from ``n`` additions of it in the last bits, about
-1e-15 relative.)
+not grow with the number of releases: :meth:`PrivacyLedger.spent_all` accounts a run with one
+query and one accountant call per distinct (history, delta), and ten thousand clients with the
+same history share one computation. :meth:`PrivacyLedger.check_totals` compares the view with
+the events (the audit fails, naming the table, if someone edited it). (Summing counts is exact
+in arithmetic; in floating point, ``n`` times an RDP value may differ from ``n`` additions of it
+in the last bits, about 1e-15 relative.)
 
 **Lifetime budgets.** A run's budget covers one run; a data owner's covers every run computed
 from its data. Each client of a run is a *data owner* (:meth:`PrivacyLedger.set_owner`, named by
@@ -45,8 +54,9 @@ the clients' public keys.
 Storage is SQLite (standard library): each record is its own transaction
 (:meth:`PrivacyLedger.record_many`: one for the whole batch), in WAL mode with
 ``synchronous=FULL``, so a process killed between two releases loses no recorded event, and a
-crash mid-write leaves the last complete state. A file that is not a ledger, or a ledger of
-another schema, is refused with a clear error, and nothing is written to it.
+crash mid-write leaves the last complete state. A new file is created in one transaction, so
+processes that open it at once all find it complete. A file that is not a ledger, or a ledger
+of another schema, is refused with a clear error, and nothing is written to it.
 """
 
 from __future__ import annotations
