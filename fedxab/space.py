@@ -236,7 +236,8 @@ class Categorical(Param):
 
     KIND: ClassVar[str] = "categorical"
 
-    choices: tuple[Any, ...]
+    choices: Sequence[Any]
+    """Any sequence of values (not a string); stored as a tuple."""
 
     def __post_init__(self) -> None:
         if isinstance(self.choices, str | bytes) or not isinstance(self.choices, Sequence):

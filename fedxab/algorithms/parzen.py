@@ -105,7 +105,7 @@ class ParzenEstimator:
         total = np.tile(self.log_w, (len(X), 1))  # (m, components)
         for j in range(len(self.kinds)):
             if j in self._tables:
-                n = self.levels[j]
+                n = self._tables[j].shape[1]  # the coordinate's number of values
                 k = np.clip(np.floor(X[:, j] * n), 0, n - 1).astype(int)
                 total += self._tables[j][:, k].T
             else:
@@ -122,7 +122,7 @@ class ParzenEstimator:
         for j in range(len(self.kinds)):
             u = rng.random(size)
             if j in self._tables:
-                n = self.levels[j]
+                n = self._tables[j].shape[1]
                 cdf = np.cumsum(np.exp(self._tables[j][component]), axis=1)
                 k = np.minimum((u[:, None] > cdf).sum(axis=1), n - 1)
                 X[:, j] = (k + 0.5) / n

@@ -323,7 +323,7 @@ class PrivacyLedger:
                 raise LedgerError(
                     f"{self.path} is a SQLite database but not a fedxab privacy ledger"
                 )
-            schema = None
+            schema: str | None = None
             if tables:
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 schema = row and row[0]
@@ -335,7 +335,7 @@ class PrivacyLedger:
             if not tables:
                 _execute_script(db, _TABLES)
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
-            elif schema != SCHEMA:
+            elif schema is not None and schema != SCHEMA:  # None: refused above
                 # releases keep their rows (an upgraded /2 row has no evidence, no data owner:
                 # it counts towards no lifetime budget)
                 _execute_script(db, f"{_UPGRADES[schema]};{_LIFETIME_TABLES}")
@@ -488,6 +488,7 @@ class PrivacyLedger:
             (key, delta, accountant),
         )
         stored = self.run_settings(run)
+        assert stored is not None  # the row is there: inserted above if it was not
         if stored != (delta, accountant):
             raise LedgerError(
                 f"run {run} is recorded in this ledger at delta {stored[0]:g} with the "
