@@ -1,7 +1,7 @@
 # fedxab: the two commands of the README, plus the benchmark.
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
-#   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + pytest
+#   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + mypy + pytest
 #               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one; chromium
 #               from apt-get where root, for the dashboard's browser tests)
 #   make docs   install fedxab[docs], build the documentation site into site/ (mkdocs --strict)
@@ -33,6 +33,7 @@ test: $(BIN)/python
 	$(PIP) torch==2.13.0 -e '.[dev,bench,opacus]'
 	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 docs: $(BIN)/python
