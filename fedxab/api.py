@@ -225,14 +225,15 @@ def host_clients(
     *,
     functions: Functions | None = None,
     broker: str | None = None,
-) -> int:
+) -> RunResults:
     """Clients ``client_ids`` of every run of ``config`` on ``broker``, evaluating
-    ``functions`` (default: the config's ``[objective] function``); the number of runs."""
+    ``functions`` (default: the config's ``[objective] function``); their own results: what
+    each observed and its trials (``runs[k].clients``), which under local DP only they have."""
     from fedxab.agents.distributed import host_clients as host_on
 
     config = _on_broker(config, broker)
 
-    async def main() -> int:
+    async def main() -> RunResults:
         async with _broker_of(config) as transport:
             return await host_on(config, transport, list(client_ids), functions=functions)
 
@@ -339,8 +340,7 @@ class AskTellClient:
                         self.config, seed, transport, [self.client_id], functions=self._evaluate
                     )
                     await agent.run()
-                    evaluator = agent.evaluators[self.client_id]
-                    self.outcomes.append(evaluator.observed.outcome())
+                    self.outcomes.append(agent.outcomes()[self.client_id])  # (with its trials)
 
         try:
             asyncio.run(main())

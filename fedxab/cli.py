@@ -315,10 +315,14 @@ def _summary_table(results) -> Table:
             if federated
             else _fmt(r.final_average_regret, 5)
         )
+        if r.is_withheld("cumulative_regret"):
+            cum = second = _WITHHELD
+        else:
+            cum = _fmt(r.final_cumulative_regret, 3)
         table.add_row(
             str(r.seed),
             f"{r.evaluations:,}",
-            _fmt(r.final_cumulative_regret, 3),
+            cum,
             second,
             _fmt(r.simple_regret, 5),
             _fmt_at(r, r.recommendation),
@@ -353,12 +357,25 @@ def _summary_table(results) -> Table:
 _CLIENT_ROWS = 10
 
 
-def _clients_table(results) -> Table | None:
+_WITHHELD = "withheld (local DP)"
+"""What a table shows for a value this party does not have under local DP."""
+
+
+def _clients_table(results, always: bool = False) -> Table | None:
     """What each client observed in the last run (``RunRecord.clients``): shown where no
-    optimum is known (a user's objective), the deployment results. The first clients, then the
-    range of the others' best values."""
+    optimum is known (a user's objective), the deployment results, or ``always`` (a client
+    agent's own). The first clients, then the range of the others' best values. A server under
+    local DP has none: one row says they are withheld."""
     run = results.runs[-1]
-    if run.clients is None or results.objective.get("optimum_value") is not None:
+    if run.is_withheld("clients"):
+        table = Table(title=f"what each client observed (seed {run.seed})", title_justify="left")
+        table.add_column("clients")
+        table.add_column("best observed, at, own recommendation, trials")
+        table.add_row("all", _WITHHELD)
+        table.caption = "each client keeps them: fedxab client --output DIR"
+        table.caption_justify = "left"
+        return table
+    if run.clients is None or (results.objective.get("optimum_value") is not None and not always):
         return None
     direction = results.objective.get("direction", "maximize")
     table = Table(
@@ -886,9 +903,20 @@ def client(
             show_default=False,
         ),
     ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write these clients' own results here: results.json (what each observed, "
+            "its epsilon) and each client's trials as CSV. Under local DP only they have them.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer (with
-    --metrics-port, their own metrics: their regret and epsilon only)."""
+    --metrics-port, their own metrics: their regret and epsilon only; with --output, their own
+    results)."""
     from fedxab.agents.distributed import host_clients
 
     with _errors_as_exit_code():
@@ -917,12 +945,20 @@ def client(
                 async with transport:
                     return await host_clients(cfg, transport, ids, metrics=metrics)
 
-            runs = _serve(service)
+            results = _serve(service)
             console.print(
-                f"clients {client_id}: {runs} run(s) finished on {cfg.broker.url}",
+                f"clients {client_id}: {len(results.runs)} run(s) finished on {cfg.broker.url}",
                 soft_wrap=True,
                 markup=False,
             )
+            table = _clients_table(results, always=True)
+            if table is not None:
+                console.print(table)
+            if output is not None:
+                from fedxab.results import write_results
+
+                path = write_results(results, output)
+                console.print(f"results: {path}", soft_wrap=True, markup=False)
 
 
 @app.command("broker")

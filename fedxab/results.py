@@ -26,6 +26,8 @@ Layout (schema ``fedxab.results/1``)::
          # with a typed [space] (config "space"): the points decoded, by name, in user units:
          "recommendation_params": {...},               # and per client "best_params" and
                                                        # "recommendation_params" (or null)
+         "withheld": {"reason", "detail", "fields": [...]},  # a server under local DP: the
+                                                       # fields it does not have, and why
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
          "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
                      "epsilon": [per client], "releases": [per client],
@@ -57,6 +59,13 @@ up (clients -> server) and down (server -> clients), in total and per phase; the
 ``communication`` holds ``clients`` and the mean over runs of ``rounds``, ``messages_up``,
 ``messages_down``, ``bytes_up`` and ``bytes_down``. These fields were added to schema 1 as optional
 keys: single-agent files are unchanged and older files still load.
+
+Under local DP (DP-Fed-PNE) only the releases a client's ledger charged leave it: a server's
+results have no ``clients`` block and no regret curves built from the clients' telemetry, and
+say so in ``withheld`` (``reason`` "local DP", the ``fields`` it lacks); each client's own results
+(``fedxab client --output``) hold them. Every run with a user's objective also writes, next to
+``results.json``, each client's trials that this party evaluated,
+``trials-seed{seed}-client{m}.csv`` (:mod:`fedxab.objectives.history`; pandas reads it).
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.errors import ConfigError, FedxabError
+from fedxab.objectives.history import write_trials_csv
 from fedxab.private_files import private_dir, write_atomically
 from fedxab.run.outcome import ClientOutcome
 from fedxab.space import SearchSpace
@@ -82,6 +92,7 @@ __all__ = [
     "COMMUNICATION_COUNTERS",
     "RESULTS_FILENAME",
     "SCHEMA",
+    "TRIALS_FILENAME",
     "ResultsError",
     "RunRecord",
     "RunResults",
@@ -96,6 +107,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "fedxab.results/1"
 RESULTS_FILENAME = "results.json"
+TRIALS_FILENAME = "trials-seed{seed}-client{client}.csv"
+"""A client's trials of one run, next to ``results.json`` (:func:`write_results`)."""
 
 
 class ResultsError(FedxabError, ValueError):
@@ -165,6 +178,11 @@ class RunRecord:
     (:class:`~fedxab.run.outcome.ClientOutcome`: best observed value and point, best-so-far
     curve, own recommendation), by client id; the deployment results, known without any
     optimum. On a broker, clients that never sent theirs are missing."""
+    withheld: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    """The fields this party does not have, and why: ``{"reason", "detail", "fields"}``
+    (a server under local DP, :func:`~fedxab.run.outcome.withheld_block`); None: nothing
+    withheld."""
+
     space: SearchSpace | None = dataclasses.field(default=None, repr=False, compare=False)
     """The run's typed parameters (the config's ``[space]``), which decode its points: set by
     :class:`RunResults` from its config; None on a box."""
@@ -188,6 +206,15 @@ class RunRecord:
         if self.space is None or self.clients is None:
             return None
         return {c.client: self.params(c.best_point) for c in self.clients}
+
+    def trials_table(self) -> list[dict[str, Any]]:
+        """Every known trial of every client, as rows with a ``client`` column
+        (``pandas.DataFrame(run.trials_table())``; :mod:`fedxab.objectives.history`)."""
+        return [row for outcome in self.clients or () for row in outcome.trials_table()]
+
+    def is_withheld(self, field: str) -> bool:
+        """Whether ``field`` (e.g. ``"clients"``, ``"cumulative_regret"``) is withheld."""
+        return self.withheld is not None and field in self.withheld["fields"]
 
     @property
     def average_regret(self) -> np.ndarray | None:
@@ -252,6 +279,8 @@ class RunRecord:
             d["recommendation_params"] = _plain_json(self.recommendation_params)
         if self.clients is not None:
             d["clients"] = [self._client_dict(outcome) for outcome in self.clients]
+        if self.withheld is not None:
+            d["withheld"] = _plain_json(self.withheld)
         return d
 
     def _client_dict(self, outcome: ClientOutcome) -> dict[str, Any]:
@@ -295,6 +324,7 @@ class RunRecord:
                 regret_coverage=_check_coverage(d.get("regret_coverage"), where),
                 clients=_client_outcomes(d.get("clients"), where),
                 run_id=_run_id(d.get("run_id"), where),
+                withheld=_check_withheld(d.get("withheld"), where),
             )
         except ResultsError:
             raise
@@ -342,6 +372,24 @@ def _client_outcomes(value: Any, where: str) -> tuple[ClientOutcome, ...] | None
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"{where}: clients[{k}]: {exc}") from exc
     return tuple(outcomes)
+
+
+def _check_withheld(value: Any, where: str) -> dict[str, Any] | None:
+    """A run's ``withheld`` block as read: a reason, a detail and the names of the fields."""
+    if value is None:
+        return None
+    fields = value.get("fields") if isinstance(value, Mapping) else None
+    if not (
+        isinstance(value, Mapping)
+        and isinstance(value.get("reason"), str)
+        and isinstance(value.get("detail", ""), str)
+        and isinstance(fields, list)
+        and all(isinstance(f, str) for f in fields)
+    ):
+        raise ResultsError(
+            f"{where}: 'withheld' must be an object with a 'reason' and a list of 'fields'"
+        )
+    return dict(value)
 
 
 def _check_coverage(value: Any, where: str) -> dict[str, Any] | None:
@@ -587,6 +635,7 @@ def _dumps(value: Any, level: int = 0) -> str:
 
 def write_results(results: RunResults, out_dir: str | Path) -> Path:
     """Write ``results.json`` into ``out_dir`` (created if needed) atomically; return its path.
+    Each client's trials known here go beside it (:data:`TRIALS_FILENAME`).
 
     The JSON goes to a temporary file in the same directory, is flushed to disk, and then
     replaces ``results.json`` with :func:`os.replace`, so a reader never sees a partial file;
@@ -596,6 +645,11 @@ def write_results(results: RunResults, out_dir: str | Path) -> Path:
     target = out / RESULTS_FILENAME
     write_atomically(target, results.to_json().encode("utf-8"))
     log.info("wrote %s", target)
+    for run in results.runs:
+        for outcome in run.clients or ():
+            if outcome.trials is not None:
+                name = TRIALS_FILENAME.format(seed=run.seed, client=outcome.client)
+                write_trials_csv(out / name, outcome.trials_table())
     return target
 
 

@@ -21,6 +21,13 @@ sets each hosted client's budget and gives each client its gate (:mod:`fedxab.pr
 Every release a client records is published to the run's ``ledger`` topic
 (:mod:`fedxab.privacy.mirror`) before the report that carries it; a client that refuses a release
 withdraws and answers nothing more. (Under central DP, DP-FTS-DE, the server does all this.)
+Under local DP nothing else derived from the clients' rewards leaves the agent
+(:func:`~fedxab.run.outcome.stays_local`): no outcome is sent at the end, and the regret
+telemetry carries the counts of the pulls only (the server needs them to know every client used
+its budget), never their regret terms. The agent keeps both (:meth:`ClientAgent.outcomes`,
+:meth:`ClientAgent.own_record`): its own results. Beside the server agent in one process
+(``server``: ``fedxab run``), it hands them to that agent directly
+(:meth:`~fedxab.agents.server.ServerAgent.take_local`), without the broker.
 
 Messages that are not a valid broadcast of this run from the server are counted in
 :attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent.
@@ -36,6 +43,7 @@ clients' epsilon during the run, which the server learns only at the end.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -56,6 +64,8 @@ from fedxab.broker.codec import SERVER, client_sender, encode_envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, EvaluationError, FedxabError, ProtocolError
 from fedxab.privacy.mirror import Owner, budget_record, end_record, release_record
+from fedxab.regret import round_grid
+from fedxab.results import RunRecord
 from fedxab.run.accounting import phase_communication
 from fedxab.run.assembly import Functions, build_run, regret_known
 from fedxab.run.evaluation import (
@@ -66,13 +76,15 @@ from fedxab.run.evaluation import (
 )
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
-from fedxab.run.outcome import mean_best
+from fedxab.run.outcome import mean_best, stays_local
 from fedxab.security.agents import BAD_SIGNATURES_NAMED, open_record, signer_for
 from fedxab.security.signing import KeyId, SignatureError
 
 if TYPE_CHECKING:
+    from fedxab.agents.server import ServerAgent
     from fedxab.monitoring.metrics import FederationMetrics
     from fedxab.objectives.families import ClientFamily
+    from fedxab.run.outcome import ClientOutcome
 
 __all__ = ["ClientAgent"]
 
@@ -96,6 +108,7 @@ class ClientAgent:
         metrics_privacy_only: bool = False,
         functions: Functions | None = None,
         family: ClientFamily | None = None,
+        server: ServerAgent | None = None,
     ) -> None:
         fed = config.federation
         if fed is None or config.agents is None:
@@ -134,6 +147,12 @@ class ClientAgent:
         self.evaluators = self.hosted.evaluators
         self.family = parts.family
         self.run_ledger = parts.run_ledger  # local DP: each client releases
+        self.local_only = stays_local(config)
+        """Local DP: no outcome and no regret term leaves this agent over the broker."""
+        self.server = server
+        """The server agent of this process (every party runs here), or None."""
+        self._fresh: list[Telemetry] = []  # local DP: telemetry not yet handed to ``server``
+        self._privacy_block: dict[str, Any] | None = None
         self.gates = parts.gates
         self.signer = signer_for(config, client_ids)  # None unless the run signs
         self.session = ""
@@ -276,6 +295,8 @@ class ClientAgent:
                 continue
             if fresh:
                 self._observe_telemetry(telemetry)
+                if self.local_only and self.server is not None:
+                    self._fresh.append(telemetry)
             unsent = self._unsent.setdefault(m, [])
             if not unsent or unsent[-1] is not telemetry:  # once per flush, however many copies
                 unsent.append(telemetry)
@@ -389,6 +410,10 @@ class ClientAgent:
         records = []
         encoded: dict[tuple[int, ...], Any] = {}  # terms shared by clients, encoded once
         for m, entries in self._unsent.items():
+            if self.local_only:  # the counts only: the regret terms stay here
+                entries = [
+                    dataclasses.replace(t, global_terms=None, local_terms=None) for t in entries
+                ]
             for batch in telemetry_batches(entries, TELEMETRY_PULLS):
                 a, b = batch[0], batch[-1]
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
@@ -398,9 +423,48 @@ class ClientAgent:
         self._unsent = {}
         self._last_flush = time.monotonic()
 
+    def _hand_over(self, final: bool = False) -> None:
+        """Give the server agent of this process (if any) what the broker does not carry under
+        local DP: the new full telemetry, and (``final``) the clients' outcomes. On the event
+        loop, which the server agent shares."""
+        if self.server is None:
+            return
+        fresh, self._fresh = self._fresh, []
+        outcomes = self.outcomes().values() if final else ()
+        self.server.take_local(fresh, outcomes)
+
+    def outcomes(self) -> dict[int, ClientOutcome]:
+        """What each hosted client observed (with its trials, where its objective is a user's),
+        by client id."""
+        return {m: self.hosted.outcome(m) for m in self.clients}
+
+    def own_record(self, wall_s: float) -> RunRecord:
+        """The hosted clients' own results of the finished run: the server's final answer,
+        their evaluations, what each observed (with its trials) and, under local DP, their
+        privacy block from this agent's ledger. No regret (a view of some clients only)."""
+        finished = self.finished
+        if finished is None:
+            raise FedxabError(f"run {self.run_id}: not finished, no results yet")
+        outcomes = self.outcomes()
+        return RunRecord(
+            seed=self.seed,
+            run_id=self.run_id,
+            rounds=round_grid(self.config.run.budget),
+            cumulative_regret=None,
+            recommendation=np.asarray(finished.recommendation, dtype=np.float64).reshape(-1),
+            simple_regret=None,
+            evaluations=sum(o.evaluations for o in outcomes.values()),
+            wall_time_s=wall_s,
+            privacy=self._privacy_block,
+            clients=tuple(outcomes[m] for m in sorted(outcomes)),
+        )
+
     async def _send_outcomes(self, finished: Finished) -> None:
         """Each hosted client's outcome (what it observed of its own objective, and its own
-        recommendation where it has one) to the server, for the run's results."""
+        recommendation where it has one) to the server, for the run's results; nothing under
+        local DP (it stays here: :meth:`own_record`). The trials are never sent."""
+        if self.local_only:
+            return
         await self._to_every_client(
             "outcome", int(finished.phase), "outcome", lambda m: self.hosted.outcome(m).to_dict()
         )
@@ -482,6 +546,13 @@ class ClientAgent:
             )
         finally:
             if self.run_ledger is not None:
+                if self.finished is not None:
+                    stopped = {
+                        m: int(self.clients[m].withdrawal.phase)
+                        for m in self.clients
+                        if self._withdrawn(m)
+                    }
+                    self._privacy_block = self.run_ledger.block(list(self.clients), stopped)
                 self.run_ledger.close()
         if self.finished is None:
             raise FedxabError(
@@ -531,6 +602,7 @@ class ClientAgent:
                 if isinstance(msg, Finished):
                     self.finished = msg
                     self._observe_privacy()  # final: before the end markers
+                    self._hand_over(final=True)
                     await self._flush_telemetry()
                     await self._send_outcomes(msg)
                     await self._close_ledger_mirror()
@@ -546,6 +618,7 @@ class ClientAgent:
                 except EvaluationError as exc:
                     await self._tell_failure(exc, int(msg.phase))
                     raise
+                self._hand_over()
                 await self._mirror_ledger()
                 if live:
                     bytes_up = await self._send(answers, int(msg.phase))

@@ -10,6 +10,10 @@ Three ways to use them, one code path:
 
 Whatever the transport, the results are those of the in-process runner for the same config and
 seed, bit for bit (tests/integration/test_agents.py, tests/integration/test_kafka_agents.py).
+:func:`run_on_broker` hosts every party, so its record holds what each client observed (with its
+trials) and, under local DP, the regret curves: its client agents hand them to its server agent
+in this process (:meth:`~fedxab.agents.server.ServerAgent.take_local`), never over the broker,
+which carries only what a server may learn.
 
 The run id names the run's topics. It is derived from the experiment (the config without its
 ``[broker]`` settings) and the seed, so a server and clients started separately from the same
@@ -24,6 +28,7 @@ clients' epsilon to it), :func:`host_clients` to the client agent (its own clien
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,6 +83,7 @@ def _server_agent(
     metrics: FederationMetrics | None = None,
     resume: bool | None = None,
     family: ClientFamily | None = None,
+    local_clients: bool = False,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
     job = [run_id_for(config, s) for s in config.run.seeds]
@@ -93,6 +99,7 @@ def _server_agent(
         known_runs=job,
         resume=resume,
         family=family,
+        local_clients=local_clients,
     )
 
 
@@ -105,9 +112,10 @@ def client_agent(
     privacy_only: bool = False,
     functions: Functions | None = None,
     family: ClientFamily | None = None,
+    server: ServerAgent | None = None,
 ) -> ClientAgent:
     """The client agent of clients ``ids`` in run ``seed`` of ``config`` (``family``: see
-    :func:`~fedxab.run.assembly.build_run`)."""
+    :func:`~fedxab.run.assembly.build_run`; ``server``: the server agent of this process)."""
     return ClientAgent(
         config,
         seed,
@@ -119,6 +127,7 @@ def client_agent(
         metrics_privacy_only=privacy_only,
         functions=functions,
         family=family,
+        server=server,
     )
 
 
@@ -142,7 +151,9 @@ async def run_on_broker(
     # a simulated family is drawn once for every agent here (users' own objectives: each client
     # agent loads its clients', the server has none)
     family = server_family(config, seed) if functions is None else None
-    server = _server_agent(config, seed, broker, checkpoint_dir, progress, metrics, resume, family)
+    server = _server_agent(
+        config, seed, broker, checkpoint_dir, progress, metrics, resume, family, local_clients=True
+    )
     agents = [
         client_agent(
             config,
@@ -153,6 +164,7 @@ async def run_on_broker(
             privacy_only=True,
             functions=functions,
             family=family,
+            server=server,
         )
         for ids in client_slices(config.federation.clients, hosts)
     ]
@@ -247,10 +259,15 @@ async def host_clients(
     *,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
-) -> int:
-    """Clients ``client_ids`` for every seed of ``config`` in turn; the number of seeds run
-    (``functions``: the clients' own objectives, in place of the config's)."""
+) -> RunResults:
+    """Clients ``client_ids`` for every seed of ``config`` in turn (``functions``: the clients'
+    own objectives, in place of the config's); their own results
+    (:meth:`~fedxab.agents.client.ClientAgent.own_record`: what each observed, its trials, its
+    epsilon), which under local DP only they have."""
+    runs = []
     for seed in config.run.seeds:
         agent = client_agent(config, seed, broker, client_ids, metrics, functions=functions)
+        t0 = time.perf_counter()
         await agent.run()
-    return len(config.run.seeds)
+        runs.append(agent.own_record(time.perf_counter() - t0))
+    return collect_results(config, runs)

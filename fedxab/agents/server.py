@@ -28,6 +28,16 @@ regret from the clients' telemetry, the clients' epsilon (central DP: from the s
 ledger, during the run; local DP: from the rebuilt ledger, at the end), and at the end every
 value of the run's record.
 
+Under local DP (:func:`~fedxab.run.outcome.stays_local`, DP-Fed-PNE) the server learns only the
+releases the clients' ledgers charged: the clients' telemetry carries the counts of their pulls
+and no regret terms, an outcome message is refused (``local_dp``) and never kept, and the run's
+record has no ``clients`` block and no regret curves built from the clients' pulls; its
+``withheld`` block names them and says why. Its metrics, progress and dashboard show no regret
+and no observed value. A server agent whose clients all run in its own process
+(``local_clients``: ``fedxab run``, :func:`~fedxab.agents.distributed.run_on_broker`) is
+handed their full telemetry and their outcomes (with their trials) in process by the client
+agents (:meth:`ServerAgent.take_local`), never over the broker, and its record is complete.
+
 The control topic (join, leave, heartbeat, telemetry) is read from its beginning on every start
 and never committed: everything on it is idempotent, so a restarted server simply rebuilds its view
 of the clients and of the regret telemetry (:mod:`fedxab.run.evaluation`) from it.
@@ -67,8 +77,8 @@ from fedxab.privacy.mirror import (
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
-from fedxab.run.assembly import build_run
-from fedxab.run.evaluation import Telemetry, telemetry_from_wire
+from fedxab.run.assembly import build_run, regret_known
+from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import (
     EpsilonWatch,
@@ -77,7 +87,7 @@ from fedxab.run.observe import (
     observer_of,
     start_run,
 )
-from fedxab.run.outcome import ClientOutcome
+from fedxab.run.outcome import ClientOutcome, stays_local, withheld_block
 from fedxab.security.agents import open_record, signer_for
 from fedxab.security.signing import SignatureError
 
@@ -125,6 +135,7 @@ class ServerAgent:
         known_runs: Collection[str] = (),
         resume: bool | None = None,
         family: ClientFamily | None = None,
+        local_clients: bool = False,
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
@@ -154,7 +165,18 @@ class ServerAgent:
         moves its messages and keeps its time."""
         self.server = self.run_session.server
         self.family = self.run_session.family  # None: the clients' own objectives
+        self.local_only = stays_local(config)
+        """Local DP: the clients' outcomes and regret terms never come over the broker."""
+        self.local_clients = local_clients
+        """Every client runs in this process and hands over its telemetry and outcome here."""
+        counts_only = RegretSums(self.n_clients, self.budget, global_known=False, local_known=False)
+        if self.local_only and not local_clients:
+            regret = any(regret_known(self.family, config))
+            self.run_session.withheld = withheld_block(config, regret)
+            self.run_session.sums = counts_only
         self.sums = self.run_session.sums
+        self._wire_sums = counts_only if self.local_only else self.sums
+        """What checks the telemetry that comes over the broker (local DP: counts only)."""
         self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
         clients = range(self.n_clients)
         ledger = self.run_ledger
@@ -327,6 +349,8 @@ class ServerAgent:
                 self._reject("invalid", "bad_payload", f"telemetry of client {m}: {exc}", "control")
                 return
             for telemetry in entries:
+                if self.local_only and self.local_clients:
+                    break  # (the counts of what the clients handed over in full: take_local)
                 if self.run_session.add_telemetry(telemetry, checked=True):
                     self._observe_telemetry(telemetry)
             self._wakeup.set()
@@ -343,6 +367,10 @@ class ServerAgent:
             elif self.failure is None:
                 self.failure = f"run {self.run_id}: client {m} failed at phase {env.phase}: {text}"
                 self._wakeup.set()
+        elif env.kind == "outcome" and self.local_only:
+            text = f"outcome of client {m}: under local DP a client's outcome stays with it"
+            self._reject("invalid", "local_dp", text, "control")
+            return
         elif env.kind == "outcome":
             try:
                 outcome = ClientOutcome.from_dict(env.body())
@@ -360,6 +388,20 @@ class ServerAgent:
                 return
         self.last_seen[m] = time.time()  # only a valid message says the client is alive
         self._count(f"control_{env.kind}")
+
+    def take_local(
+        self, telemetry: list[Telemetry], outcomes: Collection[ClientOutcome] = ()
+    ) -> None:
+        """A client agent of this process (``local_clients``) hands over its clients' full
+        telemetry and, at the end, their outcomes (with their trials), on this agent's event
+        loop: what the broker does not carry under local DP. The copies that come over the
+        broker too (counts only) are then duplicates."""
+        for t in telemetry:
+            if self.run_session.add_telemetry(t):
+                self._observe_telemetry(t)
+        for outcome in outcomes:
+            self.run_session.add_outcome(outcome)
+        self._wakeup.set()
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
         """Fresh telemetry: the live regret sums (display and metrics), if someone reads them."""
@@ -387,7 +429,7 @@ class ServerAgent:
                     f"entry of client {t.client}, phase {t.phase} in a message of client {m}, "
                     f"phase {env.phase}"
                 )
-            self.sums.check(t)
+            self._wire_sums.check(t)
         return entries
 
     # --------------------------------------------------------------------------- the phases
@@ -577,10 +619,11 @@ class ServerAgent:
         if self.run_ledger is not None and observer.privacy_due():
             observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         watch = self._epsilon_watch if observer.wants_details else None
+        known = self.sums.global_sum is not None
         observer.on_progress(
             int(self.sums.used.min()),
             self.budget,
-            self.live_regret / self.n_clients,
+            self.live_regret / self.n_clients if known else float("nan"),
             phase=int(counts.phase),
             evaluations=int(self.sums.used.sum()),
             epsilon=None if watch is None else watch(),
@@ -707,7 +750,8 @@ class ServerAgent:
         """Run (or resume) the federation to its end; the record of regret and communication."""
         observer = self.observer
         transport = transport_of(self.broker)
-        start_run(observer, self.config, self.run_id, transport, self.n_clients, self.family)
+        family = None if self.local_only else self.family  # local DP: no regret known here
+        start_run(observer, self.config, self.run_id, transport, self.n_clients, family)
         if self.run_ledger is not None:
             observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         try:

@@ -16,12 +16,14 @@ import importlib
 import inspect
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from fedxab.errors import ConfigError, EvaluationError, FedxabError, one_line
+from fedxab.objectives.history import TrialLog
 from fedxab.objectives.trial import SpaceMismatchError, call_with_trial
 from fedxab.objectives.wrap import FunctionObjective
 from fedxab.space import SearchSpace
@@ -113,7 +115,8 @@ def user_objectives(
     a callable with a ``client_id`` parameter is given each client's id. ``kwargs`` are further
     keyword arguments of every call (a config's ``[objective.kwargs]``). With a ``space`` the
     objective searches its unit box (``domain`` is ignored) and the function is given the
-    decoded parameters (:class:`UserCall`).
+    decoded parameters (:class:`UserCall`). Each objective's ``trials``
+    (:class:`~fedxab.objectives.history.TrialLog`) records every call of the user's function.
     """
     minimize = direction == "minimize"
     objectives = {}
@@ -142,6 +145,7 @@ def user_objectives(
             vectorized=vectorized,
             name=f"{label}[client {m}]",
         )
+        objectives[m].trials = call.trials
     return objectives
 
 
@@ -201,6 +205,9 @@ class UserCall:
         self.cache: dict[Any, Any] | None = {} if deterministic else None
         self.calls = 0
         """Calls of the user's function so far (rows of a vectorized batch: one each)."""
+        self.trials = TrialLog()
+        """Every call: the parameters the function was given, its value and the call's wall
+        time (:mod:`fedxab.objectives.history`)."""
         self.__name__ = getattr(fn, "__name__", "function")
 
     def key(self, x: np.ndarray) -> Any:
@@ -240,6 +247,22 @@ class UserCall:
         return np.array2string(np.asarray(x, dtype=float), separator=", ", threshold=20)
 
     def _call(self, x: np.ndarray, rows: int = 1) -> Any:
+        """The user's function on ``x`` (a batch of ``rows`` points when vectorized), recorded
+        in :attr:`trials` with the parameters as the function knows them."""
+        t0 = time.perf_counter()
+        value = self._invoke(x, rows)
+        wall_s = time.perf_counter() - t0
+        if self.vectorized:
+            self.trials.add_batch([self._given(row) for row in x], value, wall_s)
+        else:
+            self.trials.add(self._given(x), value, wall_s)
+        return value
+
+    def _given(self, x: np.ndarray) -> Any:
+        """The parameters of point ``x`` as the function is given them (decoded, by name)."""
+        return x if self.space is None else self.space.decode(x)
+
+    def _invoke(self, x: np.ndarray, rows: int) -> Any:
         number = self.calls
         self.calls += rows
         try:

@@ -29,6 +29,10 @@ class FunctionObjective(Objective):
     ``maximizer`` (when known) enable regret; ``name`` is used in messages.
     """
 
+    trials: Any = None
+    """A user's objective: the :class:`~fedxab.objectives.history.TrialLog` of its calls (set by
+    :func:`~fedxab.objectives.user.user_objectives`); None otherwise."""
+
     def __init__(
         self,
         fn: Callable[[np.ndarray], Any],

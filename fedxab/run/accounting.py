@@ -152,6 +152,7 @@ def federated_record(
     privacy: dict[str, Any] | None = None,
     expected: np.ndarray | None = None,
     clients: tuple[ClientOutcome, ...] | None = None,
+    withheld: dict[str, Any] | None = None,
 ) -> RunRecord:
     """The :class:`RunRecord` of a federated run from its flushed regret sums.
 
@@ -160,7 +161,9 @@ def federated_record(
     ``local_simple_regret``, the mean over clients of each client's best noise-free regret so far.
     ``expected`` (per client, :func:`expected_use`): the pulls the sums should hold; where they
     hold fewer, the record says so in ``regret_coverage``. ``family`` is None where the
-    objectives are the clients' own (no regret); ``clients``: what each client observed.
+    objectives are the clients' own (no regret); ``clients``: what each client observed;
+    ``withheld``: the fields this party does not have and why
+    (:func:`~fedxab.run.outcome.withheld_block`).
     """
     rounds = _regret.round_grid(sums.budget)
     glob = None if family is None else family.global_objective
@@ -194,6 +197,7 @@ def federated_record(
         local_simple_regret=local_simple,
         regret_coverage=None if expected is None else regret_coverage(sums, expected),
         clients=clients,
+        withheld=withheld,
     )
 
 

@@ -211,7 +211,9 @@ def build_run(
             )
             for m in ids
         }
-        client_session = ClientSession(dict(zip(ids, clients, strict=True)), evaluators)
+        logs = {m: getattr(family.clients[m], "trials", None) for m in ids}  # a user's calls
+        trials = {m: log for m, log in logs.items() if log is not None}
+        client_session = ClientSession(dict(zip(ids, clients, strict=True)), evaluators, trials)
     server_session = None
     if server:
         global_known, local_known = regret_known(family, config)

@@ -14,13 +14,25 @@ import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedxab.algorithms.registry import PRIVATE
+from fedxab.objectives.history import TrialRecord, trials_table
 from fedxab.regret import round_grid
 
-__all__ = ["OUTCOME_POINTS", "ClientOutcome", "ObservedBest", "mean_best"]
+if TYPE_CHECKING:
+    from fedxab.config import Config
+
+__all__ = [
+    "OUTCOME_POINTS",
+    "ClientOutcome",
+    "ObservedBest",
+    "mean_best",
+    "stays_local",
+    "withheld_block",
+]
 
 OUTCOME_POINTS = 50
 """Rounds at which a client's best-so-far curve is kept (``round_grid(T, 50)``)."""
@@ -31,6 +43,39 @@ def mean_best(bests: Iterable[float | None]) -> float | None:
     client has evaluated yet): what ``fedxab_observed_best_mean`` shows, with no optimum."""
     values = [b for b in bests if b is not None]
     return math.fsum(values) / len(values) if values else None
+
+
+def stays_local(config: Config) -> bool:
+    """Whether everything a client derives from its rewards stays with it: its clients release
+    under local DP (a ``[privacy]`` run of an algorithm whose clients release, DP-Fed-PNE), so
+    only the releases its ledger charged may leave it. Its outcome (best value and point,
+    best-so-far curve, own recommendation), its trials and its regret telemetry's terms are
+    then never sent; the server's results say so (:func:`withheld_block`)."""
+    return config.privacy is not None and PRIVATE.get(config.algorithm.name) == "client"
+
+
+def withheld_block(config: Config, regret: bool) -> dict[str, Any]:
+    """A server's ``withheld`` block under local DP (:func:`stays_local`): the per-run fields
+    it does not have and why (``regret``: the simulation's regret curves, which it would
+    otherwise build from the clients' telemetry, are among them)."""
+    fields = ["clients"]
+    if regret:
+        fields += [
+            "cumulative_regret",
+            "local_cumulative_regret",
+            "global_simple_regret",
+            "local_simple_regret",
+        ]
+    return {
+        "reason": "local DP",
+        "detail": (
+            f"{config.algorithm.name} releases under local differential privacy: only the "
+            "releases each client's ledger charged leave it; what a client observed (best "
+            "value and point, curve, own recommendation, trials) stays in its own results "
+            "(fedxab client --output)"
+        ),
+        "fields": fields,
+    }
 
 
 @functools.lru_cache(maxsize=8)
@@ -72,6 +117,9 @@ class ClientOutcome:
     ``best_point`` where; ``best_so_far[k]`` the best observed up to round ``rounds[k]`` (NaN
     before its first evaluation); ``recommendation`` the client's own final answer where the
     algorithm gives each client one (personalized and local algorithms), else None.
+    ``trials``: every call of a user's objective (:mod:`fedxab.objectives.history`), known only
+    where the client ran (None elsewhere, and for a simulation); never in :meth:`to_dict`, so
+    no message carries them.
     """
 
     client: int
@@ -81,9 +129,15 @@ class ClientOutcome:
     rounds: np.ndarray
     best_so_far: np.ndarray
     recommendation: np.ndarray | None = None
+    trials: tuple[TrialRecord, ...] | None = None
+
+    def trials_table(self) -> list[dict[str, Any]]:
+        """The client's trials as rows (``pandas.DataFrame(outcome.trials_table())``); empty
+        where they are not known here."""
+        return trials_table(self.trials or (), self.client)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON and msgpack ready; NaN as None)."""
+        """Plain data (JSON and msgpack ready; NaN as None), without the trials."""
         return {
             "client": self.client,
             "evaluations": self.evaluations,
@@ -154,7 +208,7 @@ class ClientOutcome:
         )
 
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(ClientOutcome))
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ClientOutcome)) - {"trials"}
 
 
 class ObservedBest:
@@ -193,8 +247,12 @@ class ObservedBest:
         """The best reward observed so far, in the user's direction (None: no evaluation)."""
         return None if self._point is None else self.sign * self._best
 
-    def outcome(self, recommendation: np.ndarray | None = None) -> ClientOutcome:
-        """The client's outcome so far, in the user's direction."""
+    def outcome(
+        self,
+        recommendation: np.ndarray | None = None,
+        trials: tuple[TrialRecord, ...] | None = None,
+    ) -> ClientOutcome:
+        """The client's outcome so far, in the user's direction (with its ``trials``)."""
         curve = np.where(np.isfinite(self._curve), self.sign * self._curve, np.nan)
         return ClientOutcome(
             client=self.client,
@@ -208,4 +266,5 @@ class ObservedBest:
                 if recommendation is None
                 else np.asarray(recommendation, dtype=np.float64).reshape(-1).copy()
             ),
+            trials=trials,
         )

@@ -43,6 +43,7 @@ from fedxab.run.accounting import (
 
 if TYPE_CHECKING:
     from fedxab.objectives.families import ClientFamily
+    from fedxab.objectives.history import TrialLog
     from fedxab.results import RunRecord
     from fedxab.run.evaluation import ClientEvaluator, RegretSums, Telemetry
     from fedxab.run.outcome import ClientOutcome
@@ -111,6 +112,9 @@ class ServerSession:
         self.accepted: dict[int, bytes] = {}
         """The open phase's accepted reports (payload bytes as received), by client."""
         self.outcomes: dict[int, ClientOutcome] = {}
+        self.withheld: dict[str, Any] | None = None
+        """The fields of the record this server does not have, and why (local DP: a client's
+        outcome and regret terms stay with it, :func:`~fedxab.run.outcome.stays_local`)."""
 
     # ------------------------------------------------------------------------------ phases
     def start(self) -> Any:
@@ -239,16 +243,28 @@ class ServerSession:
             communication_block(self.n_clients, phases),
             privacy,
             self.expected_use(),
-            clients=tuple(self.outcomes[m] for m in sorted(self.outcomes)),
+            clients=(
+                None
+                if self.withheld is not None
+                else tuple(self.outcomes[m] for m in sorted(self.outcomes))
+            ),
+            withheld=self.withheld,
         )
 
 
 class ClientSession:
     """The clients one party hosts in one run: their state machines and evaluators, by id."""
 
-    def __init__(self, clients: dict[int, Any], evaluators: dict[int, ClientEvaluator]) -> None:
+    def __init__(
+        self,
+        clients: dict[int, Any],
+        evaluators: dict[int, ClientEvaluator],
+        trials: dict[int, TrialLog] | None = None,
+    ) -> None:
         self.clients = clients
         self.evaluators = evaluators
+        self.trials = trials or {}
+        """The trial log of each client whose objective is a user's (by id)."""
         self._last_telemetry: dict[int, Telemetry] = {}
 
     def answer(self, m: int, broadcast: Any) -> tuple[Any, Telemetry | None, bool]:
@@ -272,5 +288,8 @@ class ClientSession:
         return getattr(self.clients[m], "withdrawal", None) is not None
 
     def outcome(self, m: int) -> ClientOutcome:
-        """What client ``m`` observed, with its own recommendation where it has one."""
-        return self.evaluators[m].observed.outcome(own_recommendation(self.clients[m]))
+        """What client ``m`` observed, with its own recommendation where it has one and its
+        trials where its objective is a user's."""
+        log = self.trials.get(m)
+        trials = None if log is None else tuple(log.trials)
+        return self.evaluators[m].observed.outcome(own_recommendation(self.clients[m]), trials)

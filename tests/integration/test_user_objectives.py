@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_procs import FEDXAB, start_cli, wait_ok, without_time
+from cli_procs import FEDXAB, log_line, start_cli, wait_ok, without_time
 from fts_settings import CHEAP_FTS, CHEAP_TS
 
 import fedxab
@@ -410,15 +410,16 @@ def test_a_client_minimising_is_refused_by_a_server_maximising(job):
     text = job.config.read_text().replace("[objective]\n", '[objective]\ndirection = "minimize"\n')
     minimising.write_text(text)
     job.server()
-    start = time.monotonic()
     job.client("stranger", minimising, "--client-id", "0")
+    log_line(job.log("stranger"), "fedxab client: ", timeout=60)  # started (Python imported)
+    start = time.monotonic()
     code = job.procs["stranger"].wait(30)
     elapsed = time.monotonic() - start
     text = job.log("stranger").read_text()
     expected = 'objective.direction: expected "maximize", got "minimize"'
     assert code == 2, text
     assert expected in text and "does not share the server's run protocol" in text
-    assert elapsed < 10, f"the client was told after {elapsed:.1f} s"
+    assert elapsed < 10, f"the client was told {elapsed:.1f} s after it started"
 
     def server_says() -> str:  # (the log wraps its lines)
         return " ".join(job.log("server").read_text().split())
