@@ -387,14 +387,15 @@ def test_a_client_with_another_protocol_is_told_on_both_sides(job, option, value
     the client (exit status 2) and in the server's log, within 10 s; the server keeps waiting
     for its real clients."""
     job.server()
-    start = time.monotonic()
     job.client("stranger", job.config, "--client-id", "0", option, value)
+    log_line(job.log("stranger"), "fedxab client: ", timeout=60)  # started (Python imported)
+    start = time.monotonic()
     code = job.procs["stranger"].wait(30)
     elapsed = time.monotonic() - start
     text = job.log("stranger").read_text()
     assert code == 2, text
     assert f"{field}: expected" in text and "does not share the server's run protocol" in text
-    assert elapsed < 10, f"the client was told after {elapsed:.1f} s"
+    assert elapsed < 10, f"the client was told {elapsed:.1f} s after it started"
     server_log = job.log("server")
     deadline = time.monotonic() + 5
     while f"{field}: expected" not in server_log.read_text() and time.monotonic() < deadline:
