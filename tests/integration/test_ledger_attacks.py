@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 from typer.testing import CliRunner
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
@@ -22,7 +23,6 @@ from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.cli import app
-from fedxab.config import config_from_dict
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.privacy import mirror
 from fedxab.privacy.ledger import PrivacyLedger
@@ -54,21 +54,15 @@ def _namespace(tag: str) -> str:
 
 
 def _config(keys, address: str, namespace: str, ledger):
-    return config_from_dict(
-        {
-            "run": {"budget": 20_000},
-            "objective": {"name": "garland"},
-            "algorithm": {
-                "name": "dpfedpne",
-                "epsilon": 0.5,
-                "privacy_delta": 1e-3,
-                "composition": "sequential",
-            },
-            "federation": {"clients": CLIENTS, "heterogeneity": "offset"},
-            "privacy": {"ledger": str(ledger), "lifetime_epsilon": 50.0},
-            "broker": {"url": f"kafka://{address}", "namespace": namespace},
-            "security": {"keys_dir": str(keys)},
-        }
+    return sim_config(
+        "dpfedpne",
+        clients=CLIENTS,
+        budget=20_000,
+        heterogeneity="offset",
+        params={"epsilon": 0.5, "privacy_delta": 1e-3, "composition": "sequential"},
+        privacy={"ledger": str(ledger), "lifetime_epsilon": 50.0},
+        broker={"url": f"kafka://{address}", "namespace": namespace},
+        security={"keys_dir": str(keys)},
     )
 
 

@@ -22,9 +22,9 @@ import functools
 
 import numpy as np
 import pytest
+from config_factory import sim_config
 
 from fedxab.agents.federation import Federation
-from fedxab.config import config_from_dict
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +46,15 @@ ALGORITHMS = {
 def _config(label: str, seed: int):
     algorithm = ALGORITHMS[label]
     private = algorithm["name"] == "dpftsde"
-    return config_from_dict(
-        {
-            "run": {"budget": 10 + ROUNDS, "seed": seed},
-            "objective": {"name": "gp-grid", "noise": {"name": "gaussian", "sigma": 0.1}},
-            "algorithm": algorithm,
-            "federation": {"clients": N, "heterogeneity": "gp-perturbed"},
-            **({"privacy": {"accountant": "moments"}} if private else {}),
-        }
+    return sim_config(
+        algorithm["name"],
+        clients=N,
+        budget=10 + ROUNDS,
+        objective={"name": "gp-grid", "noise": {"name": "gaussian", "sigma": 0.1}},
+        heterogeneity="gp-perturbed",
+        params={k: v for k, v in algorithm.items() if k != "name"},
+        run={"seed": seed},
+        **({"privacy": {"accountant": "moments"}} if private else {}),
     )
 
 
