@@ -126,7 +126,9 @@ def run_with_dashboard(config: Any, shots: Path | None = None) -> dict[str, Any]
     observer, source = Timed(state), TimedSource(state)
     stop, sizes = threading.Event(), []
     with DashboardServer(source) as page:
-        poller = threading.Thread(target=_poll, args=(page.url + "api/state", stop, sizes))
+        poller = threading.Thread(
+            target=_poll, args=(f"{page.base_url}api/state?token={page.token}", stop, sizes)
+        )
         poller.start()
         shooter = None
         if shots is not None:
@@ -172,7 +174,9 @@ def page_loads(state: Any, loads: int, shots: Path | None) -> dict[str, Any]:
             times.append(float(browser.open(page.url, "document.body.dataset.renderedMs")))
         if shots is not None:
             browser.screenshot(shots / "dashboard-finished.png")
-        with urllib.request.urlopen(page.url + "api/state", timeout=30) as r:
+        with urllib.request.urlopen(
+            f"{page.base_url}api/state?token={page.token}", timeout=30
+        ) as r:
             size = len(r.read())
     return {
         "ms": statistics.median(times),

@@ -7,6 +7,13 @@
 - ``/api/state[?run=K]``: :meth:`~fedxab.dashboard.state.DashboardState.snapshot` as JSON;
 - ``/api/client?id=M[&run=K]``: one client's epsilon and best-so-far curve.
 
+Every request needs the server's access token, drawn afresh for each server (as Jupyter does):
+the URL printed (:attr:`DashboardServer.url`) carries it as ``?token=...``; the page's answer
+sets it as a cookie (HttpOnly, SameSite=Strict, its name drawn from the token so that two
+dashboards on one host keep theirs apart), which the page's own
+requests then carry. A request with neither gets 403: the results it shows are each client's
+private observations, written owner-only, and other local users can reach the loopback port.
+
 What it serves comes from a *source*: a live :class:`~fedxab.dashboard.state.DashboardState`
 (``fedxab run --dashboard``, ``fedxab server --dashboard``) or a :class:`ResultsSource`, which
 reads a results file and the privacy ledger it names, and reads them again when they change
@@ -15,9 +22,13 @@ reads a results file and the privacy ledger it names, and reads them again when 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import secrets
 import threading
+from http.cookies import CookieError, SimpleCookie
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,18 +134,34 @@ def _assets() -> dict[str, tuple[bytes, str]]:
     }
 
 
-def _app(source: Source) -> Any:
-    assets = _assets()
+def _cookie_token(environ: dict[str, Any], name: str) -> str | None:
+    """The value of cookie ``name`` in the request, if any (a malformed header: none)."""
+    try:
+        jar = SimpleCookie(environ.get("HTTP_COOKIE", ""))
+    except CookieError:
+        return None
+    morsel = jar.get(name)
+    return None if morsel is None else morsel.value
 
-    def reply(start_response: Any, status: str, body: bytes, kind: str) -> list[bytes]:
-        start_response(
-            status,
-            [
-                ("Content-Type", f"{kind}; charset=utf-8"),
-                ("Content-Length", str(len(body))),
-                ("Cache-Control", "no-store"),
-            ],
-        )
+
+def _app(source: Source, token: str, cookie: str) -> Any:
+    assets = _assets()
+    expected = token.encode()
+
+    def allowed(given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), expected)
+
+    def reply(
+        start_response: Any, status: str, body: bytes, kind: str, set_cookie: bool = False
+    ) -> list[bytes]:
+        headers = [
+            ("Content-Type", f"{kind}; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+        ]
+        if set_cookie:
+            headers.append(("Set-Cookie", f"{cookie}={token}; Path=/; HttpOnly; SameSite=Strict"))
+        start_response(status, headers)
         return [body]
 
     def as_json(start_response: Any, status: str, value: Any) -> list[bytes]:
@@ -144,8 +171,15 @@ def _app(source: Source) -> Any:
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         path = environ.get("PATH_INFO", "")
         query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+        by_query = allowed(query.get("token"))
+        if not (by_query or allowed(_cookie_token(environ, cookie))):
+            body = (
+                b"403 forbidden: this fedxab dashboard needs its access token; open the URL "
+                b"fedxab printed (it ends with ?token=...)\n"
+            )
+            return reply(start_response, "403 Forbidden", body, "text/plain")
         if path in ("/", "/index.html"):
-            return reply(start_response, "200 OK", *assets["index.html"])
+            return reply(start_response, "200 OK", *assets["index.html"], set_cookie=by_query)
         if path.startswith("/static/") and path[len("/static/") :] in assets:
             return reply(start_response, "200 OK", *assets[path[len("/static/") :]])
         if path in ("/api/state", "/api/client"):
@@ -176,6 +210,28 @@ class DashboardServer(HttpEndpoint):
     example_port = 8080
     error = DashboardPortError
 
-    def __init__(self, source: Source, *, host: str = DEFAULT_HOST, port: int = 0) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        token: str | None = None,
+    ) -> None:
         self.source = source
-        super().__init__(_app(source), host=host, port=port)
+        self.token = secrets.token_urlsafe(24) if token is None else token
+        """The access token every request needs (drawn for this server unless given)."""
+        if not self.token or not self.token.replace("-", "").replace("_", "").isalnum():
+            raise FedxabError("dashboard token: use letters, digits, '-' and '_' only")
+        cookie = "fedxab_dashboard_" + hashlib.sha256(self.token.encode()).hexdigest()[:12]
+        super().__init__(_app(source, self.token, cookie), host=host, port=port)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port/`` without the token."""
+        return super().url
+
+    @property
+    def url(self) -> str:
+        """The page's URL with its token: what to open (and what is printed)."""
+        return f"{self.base_url}?token={self.token}"

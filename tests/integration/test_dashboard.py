@@ -67,27 +67,59 @@ def _finished_state() -> tuple[DashboardState, object]:
     return state, run_job(config, metrics=state)
 
 
+def _with_token(page: DashboardServer, path: str) -> str:
+    """``path`` of ``page`` with its access token in the query."""
+    return f"{page.base_url}{path}{'&' if '?' in path else '?'}token={page.token}"
+
+
 def test_routes_serve_the_page_its_assets_and_json_on_loopback():
     state, results = _finished_state()
     with DashboardServer(state) as page:
-        assert page.host == "127.0.0.1" and page.url == f"http://127.0.0.1:{page.port}/"
+        assert page.host == "127.0.0.1" and page.base_url == f"http://127.0.0.1:{page.port}/"
+        assert page.url == f"{page.base_url}?token={page.token}"
         status, kind, body = _get(page.url)
         assert status == 200 and kind.startswith("text/html") and b"dashboard.js" in body
         assert b"http" not in body.replace(b"http://www.w3.org", b"")  # nothing from outside
-        status, kind, body = _get(page.url + "static/dashboard.js")
+        status, kind, body = _get(_with_token(page, "static/dashboard.js"))
         assert status == 200 and kind.startswith("text/javascript")
-        status, kind, body = _get(page.url + "api/state")
+        status, kind, body = _get(_with_token(page, "api/state"))
         assert status == 200 and kind.startswith("application/json")
         snap = json.loads(body)
         assert snap["run"]["final"]["cumulative_regret"] == results.runs[0].final_cumulative_regret
-        status, _, body = _get(page.url + "api/client?id=3")
+        status, _, body = _get(_with_token(page, "api/client?id=3"))
         assert json.loads(body)["epsilon"] == results.runs[0].privacy["epsilon"][3]
-        status, _, body = _get(page.url + f"api/client?id={CLIENTS}")
+        status, _, body = _get(_with_token(page, f"api/client?id={CLIENTS}"))
         assert status == 404 and f"clients 0 to {CLIENTS - 1}" in json.loads(body)["error"]
-        status, _, body = _get(page.url + "api/state?run=x")
+        status, _, body = _get(_with_token(page, "api/state?run=x"))
         assert status == 404
-        assert _get(page.url + "static/../../etc/passwd")[0] == 404
-        assert _get(page.url + "nothing")[0] == 404
+        assert _get(_with_token(page, "static/../../etc/passwd"))[0] == 404
+        assert _get(_with_token(page, "nothing"))[0] == 404
+
+
+def test_every_route_refuses_a_request_without_the_token():
+    """Issue 39 item 6: the results the dashboard shows are private (written owner-only);
+    any local user reaches the loopback port, so every route needs the server's token, from
+    the query or from the cookie the page's answer set."""
+    state, _ = _finished_state()
+    with DashboardServer(state) as page, DashboardServer(state) as other:
+        assert page.token != other.token  # drawn for each server
+        for path in ("", "index.html", "static/dashboard.js", "api/state", "api/client?id=3"):
+            status, _, body = _get(page.base_url + path)
+            assert status == 403 and b"access token" in body, path
+            assert _get(f"{page.base_url}{path}{'&' if '?' in path else '?'}token=x")[0] == 403
+            assert _get(_with_token(other, path).replace(other.base_url, page.base_url))[0] == 403
+        with urllib.request.urlopen(page.url, timeout=10) as r:  # the printed URL
+            cookie = r.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        jar = cookie.split(";")[0]
+        request = urllib.request.Request(page.base_url + "api/state", headers={"Cookie": jar})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.status == 200 and json.loads(r.read())["run"]
+        forged = jar.split("=")[0] + "=" + "x" * len(page.token)
+        request = urllib.request.Request(page.base_url + "api/state", headers={"Cookie": forged})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 403
 
 
 def test_a_port_in_use_names_the_option_and_the_fix():
@@ -226,10 +258,11 @@ def test_run_dashboard_and_dashboard_command_serve_the_results(tmp_path):
             if line.startswith("serving "):
                 break
         text = "".join(lines)
-        assert f"dashboard: http://127.0.0.1:{port}/" in text, text
+        found = re.search(rf"dashboard: (http://127\.0\.0\.1:{port}/\?token=[\w-]+)", text)
+        assert found, text
         results = json.loads((tmp_path / "out" / "results.json").read_text())
         with Chromium() as browser:
-            url = f"http://127.0.0.1:{port}/"
+            url = found.group(1)
             browser.open(url, "document.body.dataset.status === 'finished'")
             last = results["runs"][-1]["cumulative_regret"][-1]
             assert float(_value(browser, "kpi-regret")) == last
@@ -248,9 +281,10 @@ def test_run_dashboard_and_dashboard_command_serve_the_results(tmp_path):
     )
     try:
         line = proc.stdout.readline()
-        assert re.search(rf"http://127\.0\.0\.1:{port}/", line), line
+        found = re.search(rf"(http://127\.0\.0\.1:{port}/\?token=[\w-]+)", line)
+        assert found, line
         with Chromium() as browser:
-            browser.open(f"http://127.0.0.1:{port}/", "document.body.dataset.renderedMs")
+            browser.open(found.group(1), "document.body.dataset.renderedMs")
             first = results["runs"][0]["cumulative_regret"][-1]
             browser.evaluate("document.getElementById('run-select').value = '0'")
             browser.evaluate(
