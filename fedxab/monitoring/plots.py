@@ -88,7 +88,7 @@ def observed_band(results: RunResults):
     where = _where(results)
     curves, rounds = [], None
     for i, run in enumerate(results.runs):
-        if run.is_withheld("clients"):
+        if run.withheld is not None and run.is_withheld("clients"):
             raise ResultsError(
                 f"{where}: runs[{i}]: what each client observed is withheld "
                 f"({run.withheld['reason']}): plot a client's own results (fedxab client --output)"

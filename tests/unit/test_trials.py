@@ -112,6 +112,10 @@ def test_a_withheld_block_loads_and_the_tables_say_withheld(tmp_path):
     console.print(_summary_table(loaded))
     text = console.file.getvalue()
     assert text.count("withheld (local DP)") == 3  # the clients, the two regret columns
+    from fedxab.monitoring.plots import observed_band
+
+    with pytest.raises(ResultsError, match="withheld \\(local DP\\): plot a client's own"):
+        observed_band(loaded)
 
 
 @pytest.mark.parametrize(
