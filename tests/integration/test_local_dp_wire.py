@@ -23,6 +23,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 from cli_procs import log_line, start_cli, wait_ok
 
 from fedxab.broker.codec import unpackb
@@ -36,6 +37,7 @@ OBJECTIVE = '''\
 import os
 
 import numpy as np
+import pytest
 
 
 def site(x, client_id):
@@ -242,3 +244,39 @@ def test_without_dp_the_server_gets_its_clients_outcomes(tmp_path, dev_broker):
     on_the_wire = [v for values in records.values() for r in values for v in _floats(r, [])]
     assert 0 < len(_leaks(raw, on_the_wire)) < len(raw)  # the outcomes, not the trials
     assert not list((tmp_path / "server-out").glob("trials-*.csv"))
+
+
+@pytest.mark.parametrize("url", ["memory://", "inprocess://"])
+def test_fedxab_run_keeps_every_clients_results_and_sends_no_raw_reward(monkeypatch, url):
+    """`fedxab run` / `fedxab.federate` host every party: on the embedded broker no record
+    carries a raw value (DP-Fed-PNE), yet the results hold each client's outcome and trials,
+    handed over in process, equal to the in-process runner's."""
+    import fedxab
+    from fedxab.broker.memory import MemoryBroker
+
+    raw: list[float] = []
+
+    def site(x, client_id):
+        value = float(np.sin(3.1 * x[0] + 0.7 * client_id) * np.cos(2.3 * x[1]) + 0.123456789)
+        raw.append(value)
+        return value
+
+    published: list[bytes] = []
+    publish = MemoryBroker.publish
+
+    async def capturing(self, topic, key, value):
+        published.append(value)
+        await publish(self, topic, key, value)
+
+    monkeypatch.setattr(MemoryBroker, "publish", capturing)
+    params = {"epsilon": 0.8, "privacy_delta": 0.01}
+    domain = [[0.0, 1.0], [0.0, 1.0]]
+    run = fedxab.federate(
+        site, domain, budget=BUDGET, clients=2, algorithm="dpfedpne", params=params, broker=url
+    ).runs[0]
+    assert len(raw) == 2 * BUDGET
+    if url == "memory://":
+        assert len(published) > 20
+    assert not _leaks(set(raw), [v for r in published for v in _floats(r, [])])
+    assert run.withheld is None and [len(c.trials) for c in run.clients] == [BUDGET, BUDGET]
+    assert all(c.best_value in raw for c in run.clients)
