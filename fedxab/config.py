@@ -1122,6 +1122,7 @@ def _validate_objects(config: Config) -> None:
             seed=config.run.seed,
             params=_plain(config.algorithm.params),
             client_ids=[0],
+            edges=None if config.search_space is None else config.search_space.edges,
         )
         return
     make_optimizer(

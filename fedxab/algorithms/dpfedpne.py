@@ -81,6 +81,7 @@ class DPFedPNEServer(FedPNEServer):
         split: str = "random",
         depth_counting: str = "true",
         seed: int = 0,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.mechanism = GaussianMechanism.calibrated(
             epsilon, privacy_delta, 1.0, calibration, ALGORITHM_FIELDS
@@ -100,6 +101,7 @@ class DPFedPNEServer(FedPNEServer):
             split=split,
             depth_counting=depth_counting,
             seed=seed,
+            edges=edges,
         )
 
 
@@ -121,9 +123,17 @@ class DPFedPNEClient(FedPNEClient):
         split: str = "random",
         seed: int = 0,
         partition: Partition | None = None,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         super().__init__(
-            client_id, domain, budget=budget, k=k, split=split, seed=seed, partition=partition
+            client_id,
+            domain,
+            budget=budget,
+            k=k,
+            split=split,
+            seed=seed,
+            partition=partition,
+            edges=edges,
         )
         self.reward_range = _check_range(reward_range)
         width = self.reward_range[1] - self.reward_range[0]

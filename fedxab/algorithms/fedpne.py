@@ -103,6 +103,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         depth_counting: str = "true",
         noise_free: bool = False,
         seed: int = 0,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.noise_free = check_bool("algorithm.noise_free", noise_free)
         self.constants = PNEConstants.resolve(
@@ -115,7 +116,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
             c1=c1,
             delta=delta,
         )
-        self.partition = Partition(domain, k=k, split=split, seed=seed)
+        self.partition = Partition(domain, k=k, split=split, seed=seed, edges=edges)
         self.n_clients = n_clients
         self.budget = budget
         self.k = k

@@ -14,6 +14,14 @@ The split coordinate of a node is chosen by ``split``:
 - ``"longest"``: the longest side, ties to the lowest coordinate (fedxab's tie rule).
 
 In one dimension both rules give the dyadic (k-adic) partition.
+
+``edges`` (fedxab's, for typed search spaces, :mod:`fedxab.space`): per coordinate, the cell
+boundaries of a discrete parameter's values (None for a continuous one). A cut along such a
+coordinate is moved to the nearest boundary strictly inside the node, so that the node is split
+between values; a node that holds one value of the coordinate drawn is cut along the next
+coordinate (cyclically) that it can split, and along the drawn one, at the midpoint, only if
+it can split none (its children then hold the same parameters). With k > 2, a node whose
+snapped cuts would not be distinct is cut at the midpoints.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class Partition:
         k: int = 2,
         split: str = "random",
         seed: int = 0,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.domain = as_domain(domain)
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -52,6 +61,13 @@ class Partition:
         self.seed = seed
         self.dim = int(self.domain.shape[0])
         self._key = stream_word(seed, "partition")
+        if edges is not None and len(edges) != self.dim:
+            raise ConfigError("space", f"{len(edges)} coordinates' edges for {self.dim} dimensions")
+        self.edges: tuple[np.ndarray | None, ...] | None = (
+            None
+            if edges is None or all(e is None for e in edges)
+            else tuple(None if e is None else np.asarray(e, dtype=float) for e in edges)
+        )
         self._cells: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def split_dim(self, h: int, i: int, lower: Sequence[float], upper: Sequence[float]) -> int:
@@ -68,15 +84,40 @@ class Partition:
     ) -> list[tuple[int, tuple[float, ...], tuple[float, ...]]]:
         """The k children of ``(h, i)`` as ``(index, lower, upper)``, lowest slab first."""
         j = self.split_dim(h, i, lower, upper)
-        a, b = lower[j], upper[j]
+        cuts = None
+        if self.edges is not None:
+            for step in range(self.dim):  # the drawn coordinate, else the next one it can split
+                jj = (j + step) % self.dim
+                cuts = self._cuts(jj, lower[jj], upper[jj])
+                if cuts is not None:
+                    j = jj
+                    break
         k = self.k
-        cuts = [a + (b - a) * s / k for s in range(k)] + [b]
+        if cuts is None:
+            a, b = lower[j], upper[j]
+            cuts = [a + (b - a) * s / k for s in range(k)] + [b]
         out = []
         for s in range(k):
             lo = (*lower[:j], cuts[s], *lower[j + 1 :])
             up = (*upper[:j], cuts[s + 1], *upper[j + 1 :])
             out.append((k * (i - 1) + 1 + s, lo, up))
         return out
+
+    def _cuts(self, j: int, a: float, b: float) -> list[float] | None:
+        """The k + 1 cut points of ``[a, b]`` along coordinate ``j`` (the ``edges``' rule), or
+        None if ``[a, b]`` holds one value of a discrete coordinate."""
+        assert self.edges is not None
+        k, edges = self.k, self.edges[j]
+        mids = [a + (b - a) * s / k for s in range(1, k)]
+        if edges is None:
+            return [a, *mids, b]
+        inside = edges[(edges > a) & (edges < b)]
+        if inside.size == 0:
+            return None
+        snapped = [float(inside[np.argmin(np.abs(inside - m))]) for m in mids]
+        if len(set(snapped)) < len(snapped):
+            return [a, *mids, b]
+        return [a, *snapped, b]
 
     def root_cell(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return tuple(self.domain[:, 0].tolist()), tuple(self.domain[:, 1].tolist())

@@ -16,7 +16,7 @@ with the server (partition ``k`` and ``split``; the run seed) reach both sides.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,7 +114,7 @@ WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
 # by PF-HCT's local stage.
 _RUN_LEVEL = ("domain", "seed", "budget", "roots")
 # ... and for federated algorithms also by the runner ([federation] section, client ids).
-_FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition")
+_FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition", "edges")
 
 
 def _keyword_defaults(cls: type, exclude: Iterable[str]) -> dict[str, Any]:
@@ -228,12 +228,16 @@ def make_federation(
     seed: int,
     params: dict[str, Any],
     client_ids: Iterable[int] | None = None,
+    edges: Sequence[Any] | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the server and the clients of federated algorithm ``name``.
 
     ``budget`` is every client's horizon T; ``seed`` the run seed (clients and server derive the
     same partition from it). ``client_ids`` selects which clients to build (default: all
-    ``0..n_clients-1``; a deployed client process builds only its own). Unknown names and
+    ``0..n_clients-1``; a deployed client process builds only its own). ``edges``: a typed
+    space's cell boundaries per coordinate (:attr:`fedxab.space.SearchSpace.edges`), given to
+    an algorithm whose server and client both take them (their trees then split discrete
+    coordinates between values, :class:`~fedxab.algorithms.partition.Partition`). Unknown names and
     parameters raise :class:`ConfigError` naming ``algorithm.name`` / ``algorithm.<param>`` and
     listing what is allowed; the constructors' own checks name the offending parameter.
     """
@@ -250,9 +254,11 @@ def make_federation(
         raise ConfigError("federation.clients", f"must be an integer >= 1, got {n_clients!r}")
     _check_params(name, params, federated_parameters(name))
     server_cls, client_cls = pair
-    run_level = {"n_clients": n_clients, "budget": budget, "seed": seed}
+    run_level: dict[str, Any] = {"n_clients": n_clients, "budget": budget, "seed": seed}
     server_keys = set(_keyword_parameters(server_cls, ()))
     client_keys = set(_keyword_parameters(client_cls, ()))
+    if edges is not None and "edges" in server_keys and "edges" in client_keys:
+        run_level["edges"] = edges  # both sides, or neither: their trees must be the same
     # Each side gets the run-level values and the parameters its constructor accepts.
     server_kw = {k: v for k, v in {**run_level, **params}.items() if k in server_keys}
     client_kw = {k: v for k, v in {**run_level, **params}.items() if k in client_keys}

@@ -52,12 +52,13 @@ class NodeSamplingClient:
         split: str = "random",
         seed: int = 0,
         partition: Partition | None = None,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
             raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
         self.client_id = client_id
         self.budget = check_positive_int("run.budget", budget)
-        self.partition = partition or Partition(domain, k=k, split=split, seed=seed)
+        self.partition = partition or Partition(domain, k=k, split=split, seed=seed, edges=edges)
         self.used = 0
         self.withdrawal: Withdrawal | None = None
         self._replies: ReplyCache[MeansReport] = ReplyCache()

@@ -171,6 +171,7 @@ def build_run(
         seed=seed,
         params=params,
         client_ids=ids,
+        edges=None if config.search_space is None else config.search_space.edges,
     )
     releaser = PRIVATE.get(name)
     run_ledger, gates = None, {}
