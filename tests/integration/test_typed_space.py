@@ -397,3 +397,53 @@ def test_ask_and_tell_give_and_take_named_parameters(dev_broker):
     run = served[0].runs[0]
     assert run.recommendation_params == expected.runs[0].recommendation_params
     assert run.to_dict()["clients"] == expected.runs[0].to_dict()["clients"]
+
+
+@pytest.mark.slow  # three processes and the dev broker: about 20 s
+def test_fedxab_client_processes_report_a_failing_function_in_one_line(tmp_path, dev_broker):
+    """A server and two ``fedxab client`` processes on the dev broker: client 1's function
+    raises; its process, the server and the other client each end with one error line
+    naming client 1, the parameters and the exception."""
+    import uuid
+
+    from cli_procs import start_cli
+
+    (tmp_path / "tuned.py").write_text(MODULE)
+    config = tmp_path / "run.toml"
+    config.write_text(
+        CONFIG.format(out=tmp_path / "out", extra="", clients=2)
+        + f'[broker]\nnamespace = "ts{uuid.uuid4().hex[:8]}"\n[security]\nsign = false\n'
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    common = ["--broker", dev_broker.url]
+    procs = {
+        "server": start_cli("server", str(config), *common, "-q", log=tmp_path / "server.log"),
+        **{
+            f"client{k}": start_cli(
+                "client",
+                str(config),
+                *common,
+                "--client-id",
+                str(k),
+                log=tmp_path / f"client{k}.log",
+                env=env,
+            )
+            for k in range(2)
+        },
+    }
+    try:
+        codes = {name: proc.wait(120) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    for name, code in codes.items():
+        text = (tmp_path / f"{name}.log").read_text()
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1, text
+        assert re.search(
+            r"client 1: the objective raised ValueError: diverged at \{'lr': [\d.e-]+, "
+            r"'kind': '[ab]'\}$",
+            errors[0],
+        ), errors[0]
+        assert "ExceptionGroup" not in text
