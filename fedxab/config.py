@@ -50,7 +50,9 @@ import copy
 import dataclasses
 import functools
 import math
+import os
 import re
+import reprlib
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -108,8 +110,14 @@ _TYPE_NAMES: dict[type, str] = {
 }
 
 
+_SHORT = reprlib.Repr()
+"""How an error shows a value: cut to a few items and levels (a value may be 10 MB of text
+or lists nested thousands deep)."""
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 60, 60, 6, 6
+
+
 def _describe(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    return f"{_SHORT.repr(value)} ({type(value).__name__})"
 
 
 def _coerce(field: str, value: object, expected: Any) -> object:
@@ -140,8 +148,15 @@ def _coerce(field: str, value: object, expected: Any) -> object:
     return value
 
 
-def _check_param_value(field: str, value: object) -> None:
-    """Parameters passed through to a registry must be plain data (they are echoed as JSON)."""
+MAX_NESTING = 16
+"""Deepest nesting of lists and tables a parameter may have."""
+
+
+def _check_param_value(field: str, value: object, depth: int = 0) -> None:
+    """Parameters passed through to a registry must be plain data (they are echoed as JSON),
+    nested at most :data:`MAX_NESTING` deep."""
+    if depth > MAX_NESTING:
+        raise ConfigError(field, f"nested deeper than {MAX_NESTING} lists or tables")
     if isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
@@ -150,13 +165,13 @@ def _check_param_value(field: str, value: object) -> None:
         return
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _check_param_value(f"{field}[{i}]", item)
+            _check_param_value(f"{field}[{i}]", item, depth + 1)
         return
     if isinstance(value, Mapping):
         for k, item in value.items():
             if not isinstance(k, str):
                 raise ConfigError(field, f"table keys must be strings, got {_describe(k)}")
-            _check_param_value(f"{field}.{k}", item)
+            _check_param_value(f"{field}.{k}", item, depth + 1)
         return
     raise ConfigError(
         field,
@@ -240,6 +255,28 @@ MAX_CLIENTS = 1_000_000
 largest deployment has 100,000)."""
 
 
+MAX_REPEATS = 100_000
+"""Most runs one job takes (each is a run of its own, kept in ``runs/``)."""
+
+MAX_SEED = 2**63 - 1
+"""Largest seed a run takes (``seed + repeats - 1``; a ``numpy.random.SeedSequence`` entropy)."""
+
+
+def _check_path(field: str, path: str) -> None:
+    """``path`` must be one the file system can hold: no NUL byte, encodable, at most 4,096
+    bytes, each part at most 255 (Linux's PATH_MAX and NAME_MAX)."""
+    if "\x00" in path:
+        raise ConfigError(field, "must not contain a NUL byte")
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeError:
+        raise ConfigError(field, "must be a path this system can encode") from None
+    if len(encoded) > 4096:
+        raise ConfigError(field, f"must be at most 4,096 bytes long, got {len(encoded):,}")
+    if any(len(part) > 255 for part in encoded.split(b"/")):
+        raise ConfigError(field, "each directory name must be at most 255 bytes long")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Section):
     """``[run]``: what every run has, whatever the algorithm."""
@@ -262,8 +299,14 @@ class RunConfig(Section):
     def _check(self) -> None:
         if self.seed < 0:
             raise ConfigError("run.seed", f"must be an integer >= 0, got {self.seed}")
-        if self.repeats < 1:
-            raise ConfigError("run.repeats", f"must be an integer >= 1, got {self.repeats}")
+        if not 1 <= self.repeats <= MAX_REPEATS:
+            raise ConfigError(
+                "run.repeats", f"must be an integer in 1..{MAX_REPEATS:,}, got {self.repeats}"
+            )
+        if self.seed + self.repeats > MAX_SEED:
+            raise ConfigError(
+                "run.seed", f"seed + repeats must be at most {MAX_SEED:,}, got {self.seed}"
+            )
         if not 0 < self.budget <= MAX_BUDGET:
             raise ConfigError(
                 "run.budget",
@@ -272,6 +315,7 @@ class RunConfig(Section):
             )
         if not self.output.strip():
             raise ConfigError("run.output", "must be a non-empty directory path")
+        _check_path("run.output", self.output)
         if self.workers < 1:
             raise ConfigError(
                 "run.workers",
@@ -1216,10 +1260,12 @@ def load_config(path: str | Path, *, validate: bool = True) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), f"invalid TOML: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(str(p), "invalid TOML: arrays or tables nested too deeply") from None
     try:
         return config_from_dict(data, validate=validate)
     except ConfigError as exc:
-        message = str(exc).removeprefix(f"{exc.field}: ")
+        message = exc.message
         raise ConfigError(exc.field, f"{message} (in {p})") from exc
 
 

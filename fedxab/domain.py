@@ -8,6 +8,10 @@ import numpy as np
 
 from fedxab.errors import ConfigError
 
+MAX_DIM = 1000
+"""Most dimensions a domain has: X-armed bandits need cells small in every dimension, which
+no budget reaches in more (the papers go up to 10)."""
+
 
 def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "domain") -> np.ndarray:
     """Validate ``bounds`` and return them as a read-only float array of shape (d, 2).
@@ -23,10 +27,11 @@ def as_domain(bounds: Sequence[Sequence[float]] | np.ndarray, field: str = "doma
         ) from exc
     if arr.ndim == 1 and arr.shape == (2,):
         arr = arr.reshape(1, 2)
-    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
+    if arr.ndim != 2 or arr.shape[1] != 2 or not 1 <= arr.shape[0] <= MAX_DIM:
         raise ConfigError(
             field,
-            f"must be a list of [lower, upper] pairs, one per dimension; got shape {arr.shape}",
+            f"must be a list of [lower, upper] pairs, one per dimension (at most {MAX_DIM:,}); "
+            f"got shape {arr.shape}",
         )
     if not np.all(np.isfinite(arr)):
         raise ConfigError(field, f"bounds must be finite numbers, got {arr.tolist()}")

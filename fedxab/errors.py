@@ -20,7 +20,8 @@ class ConfigError(FedxabError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         self.message = message
-        super().__init__(f"{field}: {message}")
+        shown = field if field.isprintable() else ascii(field)  # (a key may hold a newline)
+        super().__init__(f"{shown}: {message}")
 
     def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
         """Pickled as its field and message (an accountant's worker process raises it in the

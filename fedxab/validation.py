@@ -19,6 +19,17 @@ depth h: at rho = 1e-3 they reach 1e300 at depth 50 (a double overflows near 1.8
 smaller rho only makes the cells' diameter bound ``nu * rho**h`` vanish faster than any
 objective in the papers varies."""
 
+NU_MIN = 1e-6
+"""Smallest ``nu`` taken: the expansion thresholds grow like ``1 / nu**2``; below 1e-6 (in
+reward units) they overflow a double within a few levels, and rescaling the rewards is the fix."""
+
+CONSTANT_RANGE = (1e-6, 1e6)
+"""Where the confidence constants ``c`` and ``c1`` must lie: the thresholds ``c**2 log(1 /
+(c1 delta / t))`` overflow or divide by zero beyond it (the papers' values are within 1e-2..1e2)."""
+
+DELTA_MIN = 1e-12
+"""Smallest confidence level ``delta`` taken (the theory preset's ``1 / budget`` is >= 1e-8)."""
+
 NU_MAX = 1e6
 """Largest ``nu`` (``nu_max``) taken: nu bounds how much the objective varies over the whole
 domain, in reward units; beyond 1e6 the thresholds ``(c / nu)**2 * rho**(-2h)`` stay below one
@@ -77,8 +88,14 @@ def check_rho(field: str, value: float) -> float:
 
 
 def check_nu(field: str, value: float) -> float:
-    """A smoothness constant: a number in (0, :data:`NU_MAX`]."""
+    """A smoothness constant: a number in [:data:`NU_MIN`, :data:`NU_MAX`]."""
     nu = check_positive(field, value)
+    if nu < NU_MIN:
+        raise ConfigError(
+            field,
+            f"must be >= {NU_MIN:g}, got {value!r}: the expansion thresholds 1/nu^2 would "
+            "overflow; rescale the rewards instead",
+        )
     if nu > NU_MAX:
         raise ConfigError(
             field,
@@ -86,6 +103,33 @@ def check_nu(field: str, value: float) -> float:
             "reward units; rescale the rewards instead",
         )
     return nu
+
+
+def check_constant(field: str, value: float) -> float:
+    """A confidence constant (``c``, ``c1``): a number in :data:`CONSTANT_RANGE`."""
+    v = check_positive(field, value)
+    lo, hi = CONSTANT_RANGE
+    if not lo <= v <= hi:
+        raise ConfigError(
+            field,
+            f"must be in [{lo:g}, {hi:g}], got {value!r}: beyond, the expansion thresholds "
+            "overflow or divide by zero",
+        )
+    return v
+
+
+def check_delta(field: str, value: float, *, closed: bool = False) -> float:
+    """A confidence level: a number in [:data:`DELTA_MIN`, 1) (``closed``: 1 allowed)."""
+    if closed and not isinstance(value, bool) and value == 1:
+        return 1.0
+    v = check_positive(field, value, upper=1.0)
+    if v < DELTA_MIN:
+        raise ConfigError(
+            field,
+            f"must be >= {DELTA_MIN:g} (and < 1), got {value!r}: log(1/delta) terms would "
+            "overflow the expansion thresholds",
+        )
+    return v
 
 
 def check_positive_int(field: str, value: int) -> int:

@@ -47,7 +47,7 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.mechanisms import CalibrationFields, GaussianMechanism, PrivacyEvent
 from fedxab.privacy.release import PrivacyBudgetExceeded, ReleaseGate
 from fedxab.seeding import stream
-from fedxab.validation import check_choice
+from fedxab.validation import CONSTANT_RANGE, check_choice
 
 COMPOSITIONS = ("parallel", "sequential")
 ALGORITHM_FIELDS = CalibrationFields(
@@ -87,6 +87,15 @@ class DPFedPNEServer(FedPNEServer):
             epsilon, privacy_delta, 1.0, calibration, ALGORITHM_FIELDS
         )
         base_c = PNEConstants.resolve(n_clients=n_clients, horizon=budget, preset=preset, c=c).c
+        sigma = self.mechanism.sigma  # (sigma^2 overflows past 1e154)
+        noisy_c = base_c * math.sqrt(1.0 + 4.0 * sigma**2) if sigma < 1e150 else math.inf
+        if not noisy_c <= CONSTANT_RANGE[1]:
+            raise ConfigError(
+                "algorithm.epsilon",
+                f"{epsilon!r} is too small: its noise (sigma = {sigma:.3g}) makes "
+                f"the confidence constant c = {noisy_c:.3g}, beyond {CONSTANT_RANGE[1]:g}; no "
+                "budget could resolve a cell at that noise. Give a larger epsilon",
+            )
         super().__init__(
             domain,
             n_clients=n_clients,
@@ -94,7 +103,7 @@ class DPFedPNEServer(FedPNEServer):
             nu=nu,
             rho=rho,
             preset=preset,
-            c=base_c * math.sqrt(1.0 + 4.0 * self.mechanism.sigma**2),
+            c=noisy_c,
             c1=c1,
             delta=delta,
             k=k,

@@ -50,7 +50,14 @@ from fedxab.algorithms.base import check_reward
 from fedxab.algorithms.partition import Partition
 from fedxab.errors import ConfigError, UnknownPointError
 from fedxab.seeding import stream
-from fedxab.validation import check_choice, check_nu, check_positive, check_positive_int, check_rho
+from fedxab.validation import (
+    check_choice,
+    check_constant,
+    check_delta,
+    check_nu,
+    check_positive_int,
+    check_rho,
+)
 
 PRESETS = ("practical", "theory")
 REFRESH_RULES = ("paper", "consistent")
@@ -98,9 +105,9 @@ def resolve_constants(
         else:
             delta = 0.01
     return (
-        check_positive("algorithm.c", c),
-        check_positive("algorithm.c1", c1),
-        check_positive("algorithm.delta", delta, upper=1.0),
+        check_constant("algorithm.c", c),
+        check_constant("algorithm.c1", c1),
+        check_delta("algorithm.delta", delta),
     )
 
 

@@ -51,8 +51,8 @@ from fedxab.algorithms.protocol import (
     check_means_report,
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
-from fedxab.errors import ConfigError, ProtocolError
-from fedxab.validation import check_nu, check_positive, check_positive_int, check_rho
+from fedxab.errors import ProtocolError
+from fedxab.validation import check_delta, check_nu, check_positive_int, check_rho
 
 __all__ = [
     "LevelRecord",
@@ -165,9 +165,7 @@ class ParallelServer(InboxServer[ParallelReport]):
         self.rho = check_rho("algorithm.rho", rho)
         if delta is None:
             delta = 1.0 / budget  # the paper's theoretical choice
-        self.delta = check_positive("algorithm.delta", delta)
-        if self.delta > 1.0:
-            raise ConfigError("algorithm.delta", f"must be in (0, 1], got {delta!r}")
+        self.delta = check_delta("algorithm.delta", delta, closed=True)
         self.partition = Partition(domain, k=k, split=split, seed=seed)
         self.k = k
         self.phase = 0

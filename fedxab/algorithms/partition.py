@@ -37,6 +37,10 @@ from fedxab.seeding import mix64, stream_word
 SPLIT_RULES = ("random", "longest")
 
 
+MAX_K = 16
+"""Largest branching factor: every expansion makes k cells at once (the papers use k = 2)."""
+
+
 class Partition:
     """The geometry of the tree: which cell each node ``(h, i)`` is. Holds no statistics."""
 
@@ -49,8 +53,10 @@ class Partition:
         edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.domain = as_domain(domain)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-            raise ConfigError("algorithm.k", f"branching factor must be an integer >= 2, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_K:
+            raise ConfigError(
+                "algorithm.k", f"branching factor must be an integer in 2..{MAX_K}, got {k!r}"
+            )
         if split not in SPLIT_RULES:
             raise ConfigError(
                 "algorithm.split",

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedxab.validation import check_choice, check_nu, check_positive, check_positive_int, check_rho
+from fedxab.validation import (
+    check_choice,
+    check_constant,
+    check_delta,
+    check_nu,
+    check_positive_int,
+    check_rho,
+)
 
 PRESETS = ("practical", "theory")
 
@@ -65,9 +72,9 @@ class PNEConstants:
         return cls(
             nu=check_nu("algorithm.nu", nu),
             rho=check_rho("algorithm.rho", rho),
-            c=check_positive("algorithm.c", c),
-            c1=check_positive("algorithm.c1", c1),
-            delta=check_positive("algorithm.delta", delta, upper=1.0),
+            c=check_constant("algorithm.c", c),
+            c1=check_constant("algorithm.c1", c1),
+            delta=check_delta("algorithm.delta", delta),
             horizon=horizon,
         )
 

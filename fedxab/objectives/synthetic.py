@@ -20,6 +20,7 @@ from functools import cache
 import numpy as np
 from scipy.optimize import brentq, root
 
+from fedxab.domain import MAX_DIM
 from fedxab.errors import ConfigError
 from fedxab.objectives.base import Objective
 from fedxab.objectives.optimize import maximize_on_box
@@ -37,8 +38,14 @@ __all__ = [
 
 
 def _check_dim(value: object, field: str = "objective.dim") -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(field, f"must be a positive integer (dimensions), got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not 1 <= value <= MAX_DIM
+    ):
+        raise ConfigError(
+            field, f"must be an integer in 1..{MAX_DIM:,} (dimensions), got {value!r}"
+        )
     return int(value)
 
 
