@@ -318,3 +318,27 @@ def test_a_release_index_of_2_63_is_a_refused_record(keys):
             with pytest.raises(mirror.ProtocolError, match="a release index must be"):
                 mirror.apply_record(book, run, Record("t", 0, 0, "1", value), verifier)
             assert book.runs() == []
+
+
+def test_a_conflict_names_both_records(keys):
+    """Client 0 signs two different releases under one key: the first is kept, and the second
+    is a hostile record naming the first's offset."""
+    run = "run-conflict"
+    signer = _signer(keys, "client-0", 0)
+    first, second = (PrivacyEvent("gaussian", z, 1.0, 1.0, 1) for z in (1.5, 0.5))
+
+    async def main():
+        broker = MemoryBroker()
+        topic = run_topics("fedxab", run)["ledger"]
+        await broker.create_topics([topic])
+        values = [release_record(run, 0, 1, e) for e in (first, second)]
+        await broker.publish_many(topic, [("0", signer.seal(v, 0, "")) for v in values])
+        with PrivacyLedger(":memory:") as book:
+            verifier = Ed25519Signer({}, {0: signer.public[0]}, CLIENTS)
+            rebuilt = await rebuild_ledger(broker, topic, run, book, signer=verifier)
+            return rebuilt, book.events(run, 0)
+
+    rebuilt, kept = asyncio.run(main())
+    assert kept == [first] and rebuilt.reasons == {"conflict": 1} and rebuilt.hostile == 1
+    assert "partition 0 offset 1: client 0's release (phase 1, release 0)" in rebuilt.named[0]
+    assert "contradicts the one recorded from partition 0 offset 0" in rebuilt.named[0]
