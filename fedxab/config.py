@@ -1178,7 +1178,7 @@ def _validate_objects(config: Config) -> None:
     )
 
 
-NOISE_FREE_ALGORITHMS = ("fedpne",)
+NOISE_FREE_ALGORITHMS = ("fedpne", "hct", "local-hct", "central-hct")
 """Algorithms with a ``noise_free`` mode, which ``[objective] deterministic = true`` turns on
 unless ``[algorithm] noise_free`` says otherwise: one pull tells a node's value exactly."""
 

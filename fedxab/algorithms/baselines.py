@@ -202,6 +202,7 @@ class LocalHCTClient:
         k: int = 2,
         split: str = "random",
         partitions: str = "per-client",
+        noise_free: bool = False,
         seed: int = 0,
     ) -> None:
         self.client_id = client_id
@@ -218,6 +219,7 @@ class LocalHCTClient:
             budget=budget,
             k=k,
             split=split,
+            noise_free=noise_free,
             seed=seed if shared else local_hct_seed(seed, client_id),
         )
         self.used = 0
@@ -329,6 +331,7 @@ class CentralHCTServer(InboxServer[CentralHCTReport]):
         delta: float | None = None,
         k: int = 2,
         split: str = "random",
+        noise_free: bool = False,
         seed: int = 0,
     ) -> None:
         self.n_clients = check_positive_int("federation.clients", n_clients)
@@ -344,6 +347,7 @@ class CentralHCTServer(InboxServer[CentralHCTReport]):
             budget=budget,
             k=k,
             split=split,
+            noise_free=noise_free,
             seed=seed,
         )
         self.dim = self.hct.partition.dim

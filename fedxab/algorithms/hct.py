@@ -51,6 +51,7 @@ from fedxab.algorithms.partition import Partition
 from fedxab.errors import ConfigError, UnknownPointError
 from fedxab.seeding import stream
 from fedxab.validation import (
+    check_bool,
     check_choice,
     check_constant,
     check_delta,
@@ -117,6 +118,13 @@ class HCT:
     Parameters are those of HCT: smoothness ``nu``, ``rho``; confidence constants ``c``,
     ``c1``, ``delta`` (from ``preset`` unless given); the partition (``k``, ``split``, ``seed``).
     ``budget`` is needed only for the theory preset's ``delta = 1/n``.
+
+    ``noise_free`` (fedxab's, for deterministic objectives): one pull tells a node's value, so
+    every threshold ``tau_h`` is 1 and the confidence term of ``U`` (and of the ``lcb``
+    recommendation) is 0: ``U = f(x_{h,i}) + nu rho^h``, the b-values of deterministic
+    optimistic optimisation (Munos 2011), each pull a new node. Under the smoothness
+    assumption ``U`` still bounds the best value of the node's cell, so the optimistic choice
+    (and its simple-regret bound in ``nu rho^h`` of the depth reached) holds with exact values.
     """
 
     def __init__(
@@ -136,9 +144,11 @@ class HCT:
         refresh: str = "paper",
         next_round: bool = True,
         recommendation: str = "lcb",
+        noise_free: bool = False,
         seed: int = 0,
         roots: tuple[int, Sequence[int] | np.ndarray] | None = None,
     ) -> None:
+        self.noise_free = check_bool("algorithm.noise_free", noise_free)
         self.nu = check_nu("algorithm.nu", nu)
         self.rho = check_rho("algorithm.rho", rho)
         if budget is not None:
@@ -147,6 +157,7 @@ class HCT:
             preset, self.nu, self.rho, c, c1, delta, budget
         )
         self.preset = preset
+        self._c = 0.0 if self.noise_free else self.c  # the confidence widths' constant
         self.point_rule = check_choice("algorithm.point", point, POINT_RULES)
         self.refresh_rule = check_choice("algorithm.refresh", refresh, REFRESH_RULES)
         self.recommendation = check_choice(
@@ -199,7 +210,10 @@ class HCT:
         return math.log(1.0 / min(self.c1 * self.delta / tp, 0.5))
 
     def tau(self, h: int, tp: int) -> int:
-        """Expansion threshold ``tau_h(t) = ceil(c^2 log(1/delta~(t+)) rho^(-2h) / nu^2)``."""
+        """Expansion threshold ``tau_h(t) = ceil(c^2 log(1/delta~(t+)) rho^(-2h) / nu^2)``
+        (1 with ``noise_free``: one pull tells a node's value)."""
+        if self.noise_free:
+            return 1
         return math.ceil(self.c**2 * self.log_term(tp) / self.nu**2 * self.rho ** (-2 * h))
 
     def _use_tplus(self, tp: int) -> None:
@@ -222,7 +236,7 @@ class HCT:
         return (
             self.total[node] / n
             + self._nu_rho_h[self.depth[node]]
-            + self.c * math.sqrt(log_term / n)
+            + self._c * math.sqrt(log_term / n)
         )
 
     # ------------------------------------------------------------------------------ tree ops
@@ -466,7 +480,7 @@ class HCT:
         best, best_lcb = 0, -_INF
         for node, n in enumerate(self.count):
             if n:
-                lcb = self.total[node] / n - self.c * math.sqrt(lt / n)
+                lcb = self.total[node] / n - self._c * math.sqrt(lt / n)
                 if lcb > best_lcb:
                     best, best_lcb = node, lcb
         return self.points[best].copy()

@@ -239,3 +239,30 @@ def test_tell_accepts_a_copy_or_a_list_of_the_point():
     assert opt.t == 2
     with pytest.raises(UnknownPointError):
         opt.tell(x, 0.5)  # the list told it already
+
+
+def test_noise_free_hct_pulls_every_point_once_and_keeps_optimism():
+    """``noise_free`` (a deterministic objective): every threshold is 1 and U has no
+    confidence term, so each ask is a new point (DOO's b-values); on f(x) = 1 - |x - 0.3|
+    (1-Lipschitz, so f* - f <= nu rho^h on a depth-h dyadic cell with nu = 1, rho = 1/2) 200
+    pulls reach f* within 1e-3, where the noisy-mode HCT re-pulls and stops further off."""
+    from fedxab.algorithms.hct import HCT
+
+    def f(x):
+        return 1.0 - abs(float(x[0]) - 0.3)
+
+    results = {}
+    for noise_free in (False, True):
+        opt = HCT([[0.0, 1.0]], noise_free=noise_free, seed=0)
+        seen = []
+        for _ in range(200):
+            x = opt.ask()
+            seen.append(x.tobytes())
+            opt.tell(x, f(x))
+        results[noise_free] = (len(set(seen)), max(f(np.frombuffer(s)) for s in seen))
+        if noise_free:
+            assert opt.tau(7, 5) == 1
+    assert results[True][0] == 200  # every pull a new point
+    assert results[False][0] < 200  # the noisy mode re-pulls
+    assert results[True][1] > 1.0 - 1e-3
+    assert results[True][1] >= results[False][1]
