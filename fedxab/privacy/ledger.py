@@ -163,6 +163,30 @@ _KIND_COLUMNS = "mechanism, noise_multiplier, sampling_rate, sensitivity, scope"
 History = tuple[PrivacyEvent, ...]
 
 
+_STORAGE_ERRORS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+"""SQLite's result codes (and their extended forms) for a file that cannot be written."""
+
+
+class _Connection(sqlite3.Connection):
+    """A ledger's connection: a statement that fails because the file cannot be written (disk
+    full, read-only, I/O error) raises :class:`~fedxab.errors.StorageError` naming the file,
+    one line, instead of sqlite3's error (the transaction it was in is rolled back)."""
+
+    where = ""
+
+    def execute(self, sql: str, parameters: object = (), /) -> sqlite3.Cursor:
+        try:
+            return super().execute(sql, parameters)  # type: ignore[arg-type]
+        except sqlite3.OperationalError as exc:
+            name = getattr(exc, "sqlite_errorname", "")
+            if not name.startswith(_STORAGE_ERRORS):
+                raise
+            raise StorageError(
+                f"{self.where}: cannot write the privacy ledger ({exc}); free space or choose "
+                "a writable path"
+            ) from exc
+
+
 class LedgerError(FedxabError, RuntimeError):
     """The ledger file is not a ledger, is corrupted, or a record would rewrite history."""
 
@@ -299,7 +323,9 @@ class PrivacyLedger:
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=LOCK_WAIT_S + self.accountant_timeout_s,
+                factory=_Connection,
             )
+            self._db.where = self.path
             self._check_or_create()
         except sqlite3.OperationalError as exc:  # read-only, disk full, no permission
             raise StorageError(

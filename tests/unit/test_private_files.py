@@ -206,3 +206,19 @@ def test_a_read_only_output_directory_is_one_line_naming_it(tmp_path, monkeypatc
     assert list(out.iterdir()) == []  # nothing half-written
     with pytest.raises(StorageError, match=r"ledger.db: cannot create the ledger .*Read-only"):
         PrivacyLedger(out / "ledger.db")
+
+
+def test_a_full_disk_under_the_ledger_is_one_line_naming_it(tmp_path):
+    """SQLite's "database or disk is full" (simulated with max_page_count: the file may not
+    grow) is a StorageError naming the ledger, and the record that needed room is not there."""
+    from fedxab.privacy.mechanisms import GaussianMechanism
+
+    path = tmp_path / "ledger.db"
+    event = GaussianMechanism(2.0, 1.0).event()
+    with PrivacyLedger(path) as ledger:
+        ledger.record("run", 0, 0, event)
+        pages = ledger._db.execute("PRAGMA page_count").fetchone()[0]
+        ledger._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StorageError, match=r"ledger.db: cannot write the privacy ledger \("):
+            ledger.record_many("run", [(m, 1, event) for m in range(20_000)])
+        assert len(ledger.history("run", 0)) == 1 and ledger.history("run", 1) == []
