@@ -46,7 +46,7 @@ def make_config(
     clients: int,
     budget: int,
     space: Any = None,
-    algorithm: str = "fedpne",
+    algorithm: str = "auto",
     params: Mapping[str, Any] | None = None,
     seed: int = 0,
     repeats: int = 1,
@@ -62,11 +62,14 @@ def make_config(
     ``budget`` evaluations on ``domain`` (``[lower, upper]`` per dimension) or on the typed
     parameters of ``space`` (a :class:`~fedxab.space.SearchSpace`, or a dict of
     ``fedxab.Float``/``Int``/``Categorical`` or Optuna distributions), optimised with
-    ``algorithm`` and its ``params``. ``deterministic``: each distinct point is evaluated once
-    per client; ``style``: how a function over a space is called ("auto", "params", "trial");
-    ``kwargs``: keyword arguments of every call. ``function`` names the objective for client
-    processes (``package.module:function``); the default says it is passed in code.
-    ``sections`` adds further config sections (``{"privacy": {...}, "agents": {...}}``).
+    ``algorithm`` and its ``params`` (``"auto"``, the default: chosen from the budget, the
+    dimension, the parameters' types, the number of clients and ``[privacy]``, see
+    :func:`~fedxab.algorithms.auto.choose_algorithm`). ``deterministic``: each distinct point is
+    evaluated once per client; ``style``: how a function over a space is called ("auto",
+    "params", "trial"); ``kwargs``: keyword arguments of every call. ``function`` names the
+    objective for client processes (``package.module:function``); the default says it is passed
+    in code. ``sections`` adds further config sections (``{"privacy": {...}, "agents":
+    {...}}``).
     Every value is checked here, with errors naming the config field."""
     objective: dict[str, Any] = {
         "function": function,
@@ -114,7 +117,7 @@ def federate(
     budget: int,
     space: Any = None,
     clients: int | None = None,
-    algorithm: str = "fedpne",
+    algorithm: str = "auto",
     params: Mapping[str, Any] | None = None,
     seed: int = 0,
     repeats: int = 1,

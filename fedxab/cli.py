@@ -552,6 +552,7 @@ def run(
                 f"{cfg.run.repeats} run(s) from seed {cfg.run.seed}",
                 soft_wrap=True,
             )
+            _print_choice(console, cfg)
         _print_finished_seeds(console, finished, quiet)
         progress = _progress(console, quiet, progress_mode)
         on_run_start, on_progress = _run_callbacks(
@@ -602,6 +603,18 @@ def run(
             console.print(_run_ids(cfg), soft_wrap=True, markup=False)
             console.print(f"results: {path}", soft_wrap=True, markup=False)
             _print_ledger(console, results)
+
+
+def _print_choice(console: Console, cfg) -> None:
+    """``algorithm auto: NAME (settings): reason`` when the config asked for ``"auto"``."""
+    choice = cfg.algorithm_choice
+    if choice is not None:
+        settings = ", ".join(f"{k} = {v}" for k, v in choice["params"].items())
+        console.print(
+            f"algorithm auto: {choice['name']} ({settings}): {choice['reason']}",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def _print_ledger(console: Console, results, cfg=None) -> None:
@@ -845,6 +858,7 @@ def server(
             f"{_run_ids(cfg)}",
             soft_wrap=True,
         )
+        _print_choice(console, cfg)
         progress = _progress(console, quiet, progress_mode)
         on_run_start, on_progress = _run_callbacks(progress, cfg.run.budget, "rounds")
 

@@ -62,6 +62,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from fedxab.algorithms.auto import AUTO, choose_algorithm
 from fedxab.algorithms.registry import (
     FEDERATED,
     PRIVATE,
@@ -552,6 +553,10 @@ class AlgorithmConfig:
 
     name: str = "hct"
     params: Mapping[str, Any] = dataclasses.field(default_factory=_default_algorithm_params)
+    choice: Mapping[str, Any] | None = None
+    """For ``name = "auto"`` in the file: what the rule chose (``name``, ``params``, ``reason``;
+    :func:`~fedxab.algorithms.auto.choose_algorithm`) and the keys the file ``given``; ``name``
+    and ``params`` above are then the chosen algorithm's, the file's keys over the rule's."""
 
     def __post_init__(self) -> None:
         _coerce("algorithm.name", self.name, str)
@@ -567,6 +572,8 @@ class AlgorithmConfig:
         return cls(name=table["name"], params={k: v for k, v in table.items() if k != "name"})
 
     def to_dict(self) -> dict[str, Any]:
+        if self.choice is not None:  # as written: "auto" is chosen again from the same job
+            return {"name": AUTO, **_plain(self.choice["given"])}
         return {"name": self.name, **_plain(self.params)}
 
 
@@ -1083,10 +1090,15 @@ class Config:
         return data
 
     def algorithm_params(self) -> dict[str, Any]:
-        """The ``[algorithm]`` parameters (without ``name``) as plain data."""
-        params = self.to_dict()["algorithm"]
-        params.pop("name", None)
-        return params
+        """The ``[algorithm]`` parameters (without ``name``) as plain data: for ``"auto"``,
+        the chosen algorithm's."""
+        return _plain(self.algorithm.params)
+
+    @property
+    def algorithm_choice(self) -> dict[str, Any] | None:
+        """What ``algorithm = "auto"`` chose and why (None when the file names an algorithm)."""
+        choice = self.algorithm.choice
+        return None if choice is None else {k: v for k, v in _plain(choice).items() if k != "given"}
 
     def with_run(self, **changes: Any) -> Config:
         """A copy with ``[run]`` keys replaced (``None`` values are ignored), re-validated.
@@ -1221,6 +1233,9 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
     if _user_objective(data) and isinstance(data.get("federation"), Mapping):
         # a user's objective: every client evaluates its own function, no simulated family
         data = {**data, "federation": {"heterogeneity": "none", **data["federation"]}}
+    choice = None
+    if isinstance(data.get("algorithm"), Mapping) and data["algorithm"].get("name") == AUTO:
+        data, choice = _resolve_auto(data)
     parts: dict[str, Any] = {  # one section object (or None) per field of Config
         name: (
             cls.from_table(data[name])
@@ -1231,10 +1246,37 @@ def config_from_dict(data: Mapping[str, Any], *, validate: bool = True) -> Confi
         )
         for name, cls in sections.items()
     }
+    if choice is not None:
+        algorithm = parts["algorithm"]
+        assert isinstance(algorithm, AlgorithmConfig)
+        parts["algorithm"] = dataclasses.replace(algorithm, choice=choice)
     config = Config(**parts)
     if validate:
         _validate_objects(config)
     return config
+
+
+def _resolve_auto(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``data`` with ``[algorithm] name = "auto"`` replaced by the algorithm
+    :func:`~fedxab.algorithms.auto.choose_algorithm` picks for the job (the file's other
+    ``[algorithm]`` keys over the rule's settings), and the choice with the keys ``given``."""
+    given = {k: v for k, v in data["algorithm"].items() if k != "name"}
+    private = "privacy" in data
+    # the job without its algorithm, read for what the rule needs (budget, domain, space, sites)
+    stand_in = {**data, "algorithm": {"name": "dpftsde" if private else "fedtpe"}}
+    job = config_from_dict(stand_in, validate=False)
+    assert job.federation is not None
+    space = None if job.space is None else job.space.space
+    chosen = choose_algorithm(
+        budget=job.run.budget,
+        dim=job.domain.shape[0],
+        clients=job.federation.clients,
+        private=private,
+        kinds=None if space is None else space.kinds,
+        levels=None if space is None else space.levels,
+    )
+    resolved = {**data, "algorithm": {"name": chosen.name, **chosen.params, **given}}
+    return resolved, {**chosen.to_dict(), "given": given}
 
 
 def load_config(path: str | Path, *, validate: bool = True) -> Config:

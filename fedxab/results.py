@@ -539,6 +539,8 @@ class RunResults:
     runs: tuple[RunRecord, ...]
     communication: Mapping[str, Any] | None = None
     privacy: Mapping[str, Any] | None = None
+    algorithm_choice: Mapping[str, Any] | None = None
+    """What ``algorithm = "auto"`` chose (``name``, ``params``, ``reason``); None otherwise."""
     created_at: str = dataclasses.field(default_factory=_utc_now)
     fedxab_version: str = dataclasses.field(default_factory=_version)
     source: Path | None = None
@@ -572,6 +574,7 @@ class RunResults:
             "created_at": self.created_at,
             "config": self.config,
             "algorithm": self.algorithm,
+            "algorithm_choice": self.algorithm_choice,
             "objective": self.objective,
             "runs": [r.to_dict() for r in self.runs],
             "summary": self.summary,
@@ -613,6 +616,7 @@ class RunResults:
             runs=tuple(runs),
             communication=d.get("communication"),
             privacy=d.get("privacy"),
+            algorithm_choice=d.get("algorithm_choice"),
             created_at=str(d.get("created_at", "")),
             fedxab_version=str(d.get("fedxab_version", "")),
             source=source,

@@ -240,4 +240,5 @@ def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
         runs=tuple(runs),
         communication=summarize_communication(runs),
         privacy=summarize_privacy(runs),
+        algorithm_choice=config.algorithm_choice,
     )

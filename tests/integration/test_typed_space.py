@@ -141,19 +141,27 @@ def test_a_deterministic_box_objective_is_called_once_per_point():
         return -float(np.sum((x - 0.3) ** 2))
 
     box = [[0, 1], [0, 1]]
-    noisy = fedxab.federate(objective, box, clients=2, budget=200)
+    noisy = fedxab.federate(objective, box, clients=2, budget=200, algorithm="fedpne")
     assert sum(calls.values()) == 400 and max(calls.values()) > 1  # Fed-PNE re-pulls
     calls.clear()
     # the cache alone (Fed-PNE's noise_free mode off): the same run, repeats not called
     cached = fedxab.federate(
-        objective, box, clients=2, budget=200, deterministic=True, params={"noise_free": False}
+        objective,
+        box,
+        clients=2,
+        budget=200,
+        algorithm="fedpne",
+        deterministic=True,
+        params={"noise_free": False},
     )
     assert max(calls.values()) == 1 and sum(calls.values()) < 400
     assert cached.runs[0].to_dict()["clients"] == noisy.runs[0].to_dict()["clients"]
     calls.clear()
     # deterministic turns Fed-PNE's noise_free mode on: every pull is a new point, so the
     # budget counts calls of the function
-    once = fedxab.federate(objective, box, clients=2, budget=200, deterministic=True)
+    once = fedxab.federate(
+        objective, box, clients=2, budget=200, algorithm="fedpne", deterministic=True
+    )
     assert max(calls.values()) == 1 and sum(calls.values()) == 400
     assert once.runs[0].communication["rounds"] > noisy.runs[0].communication["rounds"]
 
