@@ -327,3 +327,31 @@ def test_free_means_reference_starts_hct_from_exact_coarse_means() -> None:
             ratio, interval = col.split(" (")
             low, high = (float(v) for v in interval.rstrip(")").split("–"))
             assert low <= float(ratio) <= high
+
+
+@pytest.mark.slow
+def test_bench_tuning_runs_tiny_and_reports_every_method(tmp_path) -> None:
+    """bench_tuning.py (issue 35) on one scikit-learn and one BBOB task, 2 seeds, budget 20,
+    2 sites, fedxab auto only beside the references: a table per task and the paired verdicts."""
+    pytest.importorskip("optuna")
+    pytest.importorskip("ioh")
+    pytest.importorskip("sklearn")
+    data, out = run_bench(
+        "bench_tuning.py",
+        "--quick",
+        "--algorithms",
+        "auto",
+        "--sites",
+        "2",
+        out=tmp_path / "tuning.json",
+    )
+    assert data["seeds"] == [0, 1] and data["budgets"] == [20]
+    for task in ("logreg-wine", "bbob-f8-d4"):
+        cell = data["tasks"][task]["20"]
+        assert set(cell) >= {"auto", "tpe", "random", "pooled-tpe", "auto_vs_tpe"}
+        assert cell["auto"]["choice"] == "fedtpe"
+        assert len(cell["tpe"]["per_seed"]) == 2
+        assert 1 <= cell["auto"]["distinct"] <= 20 and cell["tpe"]["distinct"] <= 20
+        assert cell["auto_vs_tpe"]["verdict"] in ("better", "worse", "tie")
+        assert math.isfinite(cell["auto"]["rec_mean"]) and math.isnan(cell["tpe"]["rec_mean"])
+    assert "auto vs per-site TPE" in out
