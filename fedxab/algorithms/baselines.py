@@ -204,6 +204,7 @@ class LocalHCTClient:
         partitions: str = "per-client",
         noise_free: bool = False,
         seed: int = 0,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.client_id = client_id
         self.budget = check_positive_int("run.budget", budget)
@@ -221,6 +222,7 @@ class LocalHCTClient:
             split=split,
             noise_free=noise_free,
             seed=seed if shared else local_hct_seed(seed, client_id),
+            edges=edges,
         )
         self.used = 0
         self._replies: ReplyCache[LocalHCTReport] = ReplyCache()
@@ -333,6 +335,7 @@ class CentralHCTServer(InboxServer[CentralHCTReport]):
         split: str = "random",
         noise_free: bool = False,
         seed: int = 0,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.n_clients = check_positive_int("federation.clients", n_clients)
         self.budget = check_positive_int("run.budget", budget)
@@ -349,6 +352,7 @@ class CentralHCTServer(InboxServer[CentralHCTReport]):
             split=split,
             noise_free=noise_free,
             seed=seed,
+            edges=edges,
         )
         self.dim = self.hct.partition.dim
         self.phase = 0

@@ -125,6 +125,8 @@ class HCT:
     optimistic optimisation (Munos 2011), each pull a new node. Under the smoothness
     assumption ``U`` still bounds the best value of the node's cell, so the optimistic choice
     (and its simple-regret bound in ``nu rho^h`` of the depth reached) holds with exact values.
+    ``edges``: a typed space's cell boundaries, so that the tree splits discrete coordinates
+    between values (:class:`~fedxab.algorithms.partition.Partition`).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class HCT:
         noise_free: bool = False,
         seed: int = 0,
         roots: tuple[int, Sequence[int] | np.ndarray] | None = None,
+        edges: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self.noise_free = check_bool("algorithm.noise_free", noise_free)
         self.nu = check_nu("algorithm.nu", nu)
@@ -165,7 +168,7 @@ class HCT:
         )
         self.next_round = bool(next_round)
         self.seed = seed
-        self.partition = Partition(domain, k=k, split=split, seed=seed)
+        self.partition = Partition(domain, k=k, split=split, seed=seed, edges=edges)
         self.k = k
         self._point_rng = stream(seed, "hct-point") if point == "random" else None
 

@@ -236,8 +236,8 @@ def make_federation(
     same partition from it). ``client_ids`` selects which clients to build (default: all
     ``0..n_clients-1``; a deployed client process builds only its own). ``edges``: a typed
     space's cell boundaries per coordinate (:attr:`fedxab.space.SearchSpace.edges`), given to
-    an algorithm whose server and client both take them (their trees then split discrete
-    coordinates between values, :class:`~fedxab.algorithms.partition.Partition`). Unknown names and
+    each side that takes them (its tree then splits discrete coordinates between values,
+    :class:`~fedxab.algorithms.partition.Partition`). Unknown names and
     parameters raise :class:`ConfigError` naming ``algorithm.name`` / ``algorithm.<param>`` and
     listing what is allowed; the constructors' own checks name the offending parameter.
     """
@@ -257,8 +257,8 @@ def make_federation(
     run_level: dict[str, Any] = {"n_clients": n_clients, "budget": budget, "seed": seed}
     server_keys = set(_keyword_parameters(server_cls, ()))
     client_keys = set(_keyword_parameters(client_cls, ()))
-    if edges is not None and "edges" in server_keys and "edges" in client_keys:
-        run_level["edges"] = edges  # both sides, or neither: their trees must be the same
+    if edges is not None:  # to each side that builds a tree (test_partition checks that
+        run_level["edges"] = edges  # every tree of an algorithm takes them, or none does)
     # Each side gets the run-level values and the parameters its constructor accepts.
     server_kw = {k: v for k, v in {**run_level, **params}.items() if k in server_keys}
     client_kw = {k: v for k, v in {**run_level, **params}.items() if k in client_keys}

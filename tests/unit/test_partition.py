@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedxab.algorithms.partition import Partition
+from fedxab.algorithms.registry import FEDERATED
 from fedxab.errors import ConfigError
 
 DOMAIN_3D = [[-1.0, 2.0], [0.0, 1.0], [5.0, 9.0]]
@@ -162,3 +163,27 @@ def test_typed_edges_give_distinct_parameters_to_fedpne_noise_free():
     assert min(calls.values()) >= 135
     for best in run.best_params.values():
         assert best["kind"] == "b" and best["depth"] == 5
+
+
+def _trees(obj) -> list:
+    """The partitions an algorithm's state machine holds (its own, or its HCT's)."""
+    found = [getattr(obj, "partition", None), getattr(getattr(obj, "hct", None), "partition", None)]
+    return [p for p in found if isinstance(p, Partition)]
+
+
+@pytest.mark.parametrize("name", sorted(FEDERATED))
+def test_every_tree_of_an_algorithm_takes_the_edges_or_none_does(name):
+    """A typed run hands the space's edges to every side that takes them: the trees of one
+    algorithm's server and clients must be the same, so either all take them or none."""
+    from fedxab.algorithms.registry import make_federation
+    from fedxab.space import Float, Int, SearchSpace
+
+    space = SearchSpace({"x": Float(0.0, 1.0), "n": Int(1, 5)})
+    params = {"epsilon": 0.5, "privacy_delta": 1e-3} if name == "dpfedpne" else {}
+    server, clients = make_federation(
+        name, space.domain, n_clients=2, budget=50, seed=0, params=params, edges=space.edges
+    )
+    trees = [t for obj in (server, *clients) for t in _trees(obj)]
+    assert len({t.edges is None for t in trees}) <= 1, name
+    if name in ("fedpne", "dpfedpne", "local-hct", "central-hct"):
+        assert trees and trees[0].edges is not None
