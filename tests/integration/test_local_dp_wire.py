@@ -177,7 +177,8 @@ def _run(tmp: Path, dev_broker, algorithm: str):
         metrics_url = log_line(server_log, "metrics: ").split()[-1]
         dashboard_url = log_line(server_log, "dashboard: ").split()[-1]
         metrics = _get(metrics_url).decode()
-        dashboard = json.loads(_get(dashboard_url.rstrip("/") + "/api/state"))
+        page, _, token = dashboard_url.partition("?")  # (the URL printed carries the token)
+        dashboard = json.loads(_get(f"{page.rstrip('/')}/api/state?{token}"))
     finally:
         for proc in (server, *clients):
             if proc.poll() is None:
@@ -213,6 +214,7 @@ def test_under_local_dp_no_raw_reward_reaches_the_server_side(tmp_path, dev_brok
     assert not _leaks(raw, on_the_wire)
     assert not _leaks(raw, _floats(results, []))
     assert not _leaks(raw, _metric_values(metrics))
+    assert dashboard["runs"][0]["status"] == "finished"  # the state of the whole run
     assert not _leaks(raw, _floats(dashboard, []))
     # the server says what it does not have, and why
     run = results["runs"][0]
