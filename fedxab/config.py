@@ -1187,6 +1187,7 @@ def _validate_objects(config: Config) -> None:
         seed=config.run.seed,
         budget=config.run.budget,
         params=_plain(config.algorithm.params),
+        edges=None if config.search_space is None else config.search_space.edges,
     )
 
 

@@ -105,6 +105,7 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
         seed=seed,
         budget=budget,
         params=config.algorithm_params(),
+        edges=None if config.search_space is None else config.search_space.edges,
     )
     rng = stream(seed, "noise", 0)
     f_star = objective.optimum_value

@@ -112,7 +112,7 @@ WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
 
 # Set by the run (config [run] section), not by [algorithm] parameters; HCT's ``roots`` is set
 # by PF-HCT's local stage.
-_RUN_LEVEL = ("domain", "seed", "budget", "roots")
+_RUN_LEVEL = ("domain", "seed", "budget", "roots", "edges")
 # ... and for federated algorithms also by the runner ([federation] section, client ids).
 _FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition", "edges")
 
@@ -200,9 +200,16 @@ def _check_params(name: str, params: dict[str, Any], allowed: list[str]) -> None
 
 
 def make_optimizer(
-    name: str, domain: np.ndarray, *, seed: int, budget: int, params: dict[str, Any]
+    name: str,
+    domain: np.ndarray,
+    *,
+    seed: int,
+    budget: int,
+    params: dict[str, Any],
+    edges: Sequence[Any] | None = None,
 ) -> Optimizer:
-    """Build the single-agent optimizer ``name`` with ``params`` from a config section."""
+    """Build the single-agent optimizer ``name`` with ``params`` from a config section;
+    ``edges`` (a typed space's cell boundaries) go to an optimizer that takes them."""
     cls = ALGORITHMS.get(name)
     if cls is None:
         if name in FEDERATED:
@@ -213,6 +220,8 @@ def make_optimizer(
             )
         raise _unknown(name)
     _check_params(name, params, algorithm_parameters(name))
+    if edges is not None and "edges" in _keyword_parameters(cls, ()):
+        params = {**params, "edges": edges}
     try:
         return cls(domain, seed=seed, budget=budget, **params)
     except TypeError as exc:  # e.g. a string where a number is expected
