@@ -144,6 +144,7 @@ class ClientAgent:
         self.hosted = parts.clients
         """The hosted clients' session (:class:`~fedxab.run.session.ClientSession`)."""
         self.clients = self.hosted.clients
+        self.hosted.watch_trials(self.observer)  # a site's own dashboard: each trial, live
         self.evaluators = self.hosted.evaluators
         self.family = parts.family
         self.run_ledger = parts.run_ledger  # local DP: each client releases
@@ -601,6 +602,7 @@ class ClientAgent:
                     raise FedxabError(f"the server stopped the run: {msg.text}")
                 if isinstance(msg, Finished):
                     self.finished = msg
+                    self.observer.on_recommendation(msg.recommendation)
                     self._observe_privacy()  # final: before the end markers
                     self._hand_over(final=True)
                     await self._flush_telemetry()

@@ -171,6 +171,8 @@ class Federation:
         """Run the federation to its end; the record of regret, answer and communication."""
         observer = observer_of(self.metrics, progress)
         start_run(observer, self.config, self.run_id, "inprocess", self.n_clients, self.family)
+        if self.hosted is not None:
+            self.hosted.watch_trials(observer)
         if self.run_ledger is not None:
             observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
         try:

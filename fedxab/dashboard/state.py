@@ -12,7 +12,11 @@ grow with the number of clients or rounds, so the page stays fast at 100,000 cli
   until they change;
 - per-client curves (each client's best observed value so far, which needs no optimum) are
   summarised over clients as a mean and quantile band; one client's own curve is fetched on
-  demand (:meth:`DashboardState.client`).
+  demand (:meth:`DashboardState.client`);
+- the trials of a user's objective, where this party evaluated them (``fedxab run``, and a
+  ``fedxab client`` agent for its own clients), appear as each call returns
+  (:class:`~fedxab.dashboard.trials.TrialFeed`: parameters by name, value, wall time, each
+  client's best so far), and the server's recommendation by name once it arrives.
 
 At the end of a run (:meth:`DashboardState.end_run`) every figure is replaced by the run's
 :class:`~fedxab.results.RunRecord`, so that what the page shows afterwards equals the results
@@ -32,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from fedxab.dashboard.trials import TrialFeed
 from fedxab.run.observe import PrivacyView, RunObserver
 from fedxab.run.outcome import mean_best
+from fedxab.space import SearchSpace
 
 __all__ = [
     "CURVE_POINTS",
@@ -194,12 +200,19 @@ def outcome_band(outcomes: Sequence[Any]) -> dict[str, Any] | None:
 
 
 class RunView:
-    """One run as the dashboard shows it: live figures while it goes, its record's afterwards."""
+    """One run as the dashboard shows it: live figures while it goes, its record's afterwards.
+    ``space``: the run's typed parameters (:class:`~fedxab.space.SearchSpace`), which name the
+    recommendation's; ``maximize``: the objective's direction."""
 
     SERIES = ("cumulative", "local", "global_simple", "local_simple", "observed")
 
-    def __init__(self, info: Mapping[str, Any]) -> None:
+    def __init__(
+        self, info: Mapping[str, Any], space: Any | None = None, maximize: bool = True
+    ) -> None:
         self.info = dict(info)
+        self.space = space
+        self.trials = TrialFeed(maximize)
+        self.recommendation: dict[str, Any] | None = None
         self.status = "running"
         self.started = time.time()
         self.ended: float | None = None
@@ -220,6 +233,12 @@ class RunView:
         self.band: dict[str, Any] | None = None
         self._panel: tuple[PrivacyView, dict[str, Any]] | None = None
 
+    def recommend(self, point: Any) -> None:
+        """The server's recommended ``point``, and its parameters by name (with a space)."""
+        x = np.asarray(point, dtype=np.float64).reshape(-1)
+        params = None if self.space is None else self.space.decode(x)
+        self.recommendation = {"point": x.tolist(), "params": params}
+
     # ------------------------------------------------------------------------------ record
     def finish(self, record: Any | None) -> None:
         """The run ended; with its record, every figure becomes the record's."""
@@ -227,6 +246,10 @@ class RunView:
         self.ended = time.time()
         if record is None:
             return
+        if record.recommendation is not None:
+            self.recommend(record.recommendation)
+        if record.clients and any(o.trials for o in record.clients):
+            self.trials.replace((o.client, o.trials or ()) for o in record.clients)
         rounds = record.rounds
         for name, curve in (
             ("cumulative", record.cumulative_regret),
@@ -315,6 +338,8 @@ class RunView:
             "rejected": dict(self.rejected),
             "privacy": self.privacy_panel(),
             "final": self.final,
+            "trials": self.trials.to_json(),
+            "recommendation": self.recommendation,
         }
 
 
@@ -327,9 +352,15 @@ class DashboardState(RunObserver):
 
     wants_regret = True
     wants_progress = True
+    wants_trials = True
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, privacy_interval_s=1.0):
         self.config = dict(config or {})
+        space = self.config.get("space")
+        self.space = None if not space else SearchSpace.from_dict(space)
+        """The job's typed parameters (its config's ``[space]``), which name the points."""
+        objective = self.config.get("objective") or {}
+        self.maximize = objective.get("direction", "maximize") != "minimize"
         self.runs: list[RunView] = []
         self.base_interval_s = privacy_interval_s
         self.privacy_interval_s = privacy_interval_s
@@ -354,7 +385,7 @@ class DashboardState(RunObserver):
     # ------------------------------------------------------------------------------ hooks
     def start_run(self, **info: Any) -> None:
         with self._lock:
-            self.runs.append(RunView(info))
+            self.runs.append(RunView(info, self.space, self.maximize))
             self.version += 1
             self._last_privacy = time.monotonic()
 
@@ -421,6 +452,12 @@ class DashboardState(RunObserver):
 
         self._update(progress)
 
+    def on_trial(self, client: int, trial: Any) -> None:
+        self._update(lambda view: view.trials.add(int(client), trial, time.time()))
+
+    def on_recommendation(self, point: Any) -> None:
+        self._update(RunView.recommend, point)
+
     def privacy_due(self) -> bool:
         """Due every ``privacy_interval_s``; that interval grows so that recomputing epsilon
         (the runner's work between this answer and :meth:`on_privacy`) takes at most
@@ -475,14 +512,16 @@ class DashboardState(RunObserver):
             }
 
     def client(self, m: int, run: int | None = None) -> dict[str, Any]:
-        """Client ``m`` of run ``run`` (default the newest): its epsilon and, once the run has
-        its outcomes, its best-so-far curve. KeyError if the run or the client is unknown."""
+        """Client ``m`` of run ``run`` (default the newest): its epsilon, its trials so far
+        (where this party evaluated them) and, once the run has its outcomes, its best-so-far
+        curve. KeyError if the run or the client is unknown."""
         with self._lock:
             if not self.runs:
                 raise KeyError("no run yet")
             view = self.runs[-1 if run is None else run]
             clients = int(view.info.get("clients", 0))
-            if not 0 <= m < clients:
+            trials = view.trials.client(m)
+            if not 0 <= m < clients and trials is None:
                 raise KeyError(f"client {m}: this run has clients 0 to {clients - 1}")
             privacy = view.privacy
             outcome = view.outcomes.get(m)
@@ -490,6 +529,7 @@ class DashboardState(RunObserver):
                 "client": m,
                 "epsilon": None if privacy is None else _finite(privacy.epsilon.get(m)),
                 "withdrawn": privacy is not None and m in privacy.withdrawn,
+                "trials": trials,
                 "outcome": None
                 if outcome is None
                 else {

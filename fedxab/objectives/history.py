@@ -26,7 +26,7 @@ import csv
 import dataclasses
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +73,22 @@ def _number(value: Any) -> float | None:
 
 
 class TrialLog:
-    """The trials of one client's objective, in call order (:attr:`trials`)."""
+    """The trials of one client's objective, in call order (:attr:`trials`); each new one is
+    also given to :attr:`listener`, where set (a live dashboard of the site)."""
 
     def __init__(self) -> None:
         self.trials: list[TrialRecord] = []
+        self.listener: Callable[[TrialRecord], None] | None = None
 
     def add(self, params: Any, value: Any, wall_s: float) -> None:
         """One call: the function was given ``params`` (a mapping, or a point) and returned
         ``value`` in ``wall_s`` seconds (nothing is kept for a value that is not a number)."""
         number = _number(value)
         if number is not None:
-            self.trials.append(TrialRecord(len(self.trials), _params(params), number, wall_s))
+            trial = TrialRecord(len(self.trials), _params(params), number, wall_s)
+            self.trials.append(trial)
+            if self.listener is not None:
+                self.listener(trial)
 
     def add_batch(self, params: Sequence[Any], values: Any, wall_s: float) -> None:
         """One vectorised call on the points ``params``, which returned ``values`` (one per

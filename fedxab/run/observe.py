@@ -27,6 +27,7 @@ from fedxab.run.assembly import regret_known
 if TYPE_CHECKING:
     from fedxab.config import Config
     from fedxab.objectives.families import ClientFamily
+    from fedxab.objectives.history import TrialRecord
     from fedxab.privacy.run_ledger import RunLedger
 
 __all__ = [
@@ -104,6 +105,9 @@ class RunObserver:
     privacy_interval_s = math.inf
     """The least time between two :meth:`on_privacy` updates a runner should send during a run
     (recomputing epsilon asks the accountant); never, here."""
+    wants_trials = False
+    """Whether :meth:`on_trial` is used (the party then reports each call of a user's
+    objective as it returns)."""
 
     def start_run(
         self,
@@ -190,6 +194,15 @@ class RunObserver:
         """``done`` of ``total`` per-client rounds, the cumulative regret so far; ``details``:
         ``phase``, ``evaluations``, ``epsilon``."""
 
+    def on_trial(self, client: int, trial: TrialRecord) -> None:
+        """Client ``client`` (hosted by this party) called its user's objective once: the
+        :class:`~fedxab.objectives.history.TrialRecord` (parameters by name, value, wall time).
+        Told as it happens, where :attr:`wants_trials`; it never leaves the party."""
+
+    def on_recommendation(self, point: Any) -> None:
+        """The server's final answer reached this party: its recommended point (in the search
+        box; a typed space decodes it)."""
+
 
 class ProgressObserver(RunObserver):
     """A progress callback (:data:`ProgressCallback`) as an observer."""
@@ -216,6 +229,7 @@ class Observers(RunObserver):
         self.wants_progress = any(o.wants_progress for o in self.observers)
         self.wants_details = any(o.wants_details for o in self.observers)
         self.wants_regret = any(o.wants_regret for o in self.observers)
+        self.wants_trials = any(o.wants_trials for o in self.observers)
         intervals = [o.privacy_interval_s for o in self.observers]
         self.privacy_interval_s = min(intervals, default=math.inf)
 
@@ -250,17 +264,27 @@ for _name in (
     "on_observed",
     "on_privacy",
     "on_progress",
+    "on_trial",
+    "on_recommendation",
 ):
     setattr(Observers, _name, _forward(_name))
 
 
 class PrivacyOnly(RunObserver):
-    """Only the privacy hooks of ``inner``: a client agent's clients' epsilon during the run,
-    into metrics whose other values a server agent of the same process sets."""
+    """Only the hooks of ``inner`` that tell what stays with a client agent: its clients'
+    epsilon during the run, their trials and the recommendation they received, into observers
+    whose other values a server agent of the same process sets."""
 
     def __init__(self, inner: RunObserver) -> None:
         self.inner = inner
         self.privacy_interval_s = inner.privacy_interval_s
+        self.wants_trials = inner.wants_trials
+
+    def on_trial(self, client: int, trial: TrialRecord) -> None:
+        self.inner.on_trial(client, trial)
+
+    def on_recommendation(self, point: Any) -> None:
+        self.inner.on_recommendation(point)
 
     def privacy_due(self) -> bool:
         return self.inner.privacy_due()

@@ -22,6 +22,7 @@ builds both from a config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from fedxab.objectives.history import TrialLog
     from fedxab.results import RunRecord
     from fedxab.run.evaluation import ClientEvaluator, RegretSums, Telemetry
+    from fedxab.run.observe import RunObserver
     from fedxab.run.outcome import ClientOutcome
 
 __all__ = [
@@ -282,6 +284,13 @@ class ClientSession:
             return report, last, False
         self._last_telemetry[m] = telemetry
         return report, telemetry, True
+
+    def watch_trials(self, observer: RunObserver) -> None:
+        """Tell ``observer`` each new trial of every hosted client as it is made
+        (:meth:`~fedxab.run.observe.RunObserver.on_trial`), if it wants them."""
+        if observer.wants_trials:
+            for m, log in self.trials.items():
+                log.listener = functools.partial(observer.on_trial, m)
 
     def withdrawn(self, m: int) -> bool:
         """Whether client ``m`` withdrew from the run (it answers nothing more)."""

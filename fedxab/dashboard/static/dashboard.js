@@ -254,6 +254,34 @@ function table(id, rows) {
   if (!rows.length) body.insertRow().insertCell().textContent = "none";
 }
 
+function params(p) {
+  if (!p) return "–";
+  return Object.entries(p).map(([k, v]) => `${k} = ${typeof v === "number" ? fmt(v) : v}`).join(", ");
+}
+
+// The trials of a user's objective this party evaluated (newest first) and the server's
+// recommendation, parameters by name in the user's units.
+function drawTrials(run) {
+  const trials = run.trials, rec = run.recommendation;
+  $("trials-panel").hidden = !trials && !rec;
+  $("recommendation").hidden = !rec;
+  if (rec) $("recommendation-params").textContent = rec.params ? params(rec.params) : `[${rec.point.map((v) => fmt(v)).join(", ")}]`;
+  if (!trials) return;
+  $("trials-counts").textContent = `(${fmt(trials.count)} over ${fmt(trials.clients)} client(s); ${trials.direction})`;
+  $("trials-counts").dataset.value = String(trials.count);
+  const fill = (id, rows, cells) => {
+    const body = $(id).tBodies[0];
+    body.replaceChildren();
+    for (const row of rows) {
+      const tr = body.insertRow();
+      for (const text of cells(row)) tr.insertCell().textContent = text;
+      tr.dataset.value = String(row.value);
+    }
+  };
+  fill("trials-best", trials.per_client, (r) => [r.client, fmt(r.count), fmt(r.value), r.number, params(r.params)]);
+  fill("trials-recent", trials.recent.slice().reverse(), (r) => [r.client, r.number, fmt(r.value), duration(r.wall_s), params(r.params)]);
+}
+
 function render(state) {
   const select = $("run-select");
   const options = state.runs.map((r) => `${r.index}: ${r.run_id || "run"} (${r.status})`);
@@ -299,6 +327,7 @@ function render(state) {
   drawPrivacy(run.privacy);
   drawLifetime(state.lifetime);
   drawPhases(run);
+  drawTrials(run);
   table("reports", Object.entries(run.reports));
   table("rejected", Object.entries(run.rejected));
   $("config").textContent = JSON.stringify(state.config, null, 2);
