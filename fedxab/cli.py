@@ -909,6 +909,16 @@ def client(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard",
+            help="Serve this site's own live dashboard at http://127.0.0.1:PORT/ "
+            "(--dashboard-port): its clients' trials as they happen, their best so far and "
+            "the server's recommendation.",
+        ),
+    ] = False,
+    dashboard_port: DashboardPortOption = DASHBOARD_PORT,
     objective: Annotated[
         str | None,
         typer.Option(
@@ -929,8 +939,8 @@ def client(
     ] = None,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer (with
-    --metrics-port, their own metrics: their regret and epsilon only; with --output, their own
-    results)."""
+    --metrics-port, their own metrics: their regret and epsilon only; with --dashboard, their
+    own live dashboard: their trials as they happen; with --output, their own results)."""
     from fedxab.agents.distributed import host_clients
 
     with _errors_as_exit_code():
@@ -953,7 +963,10 @@ def client(
             where = ledger_location(cfg.privacy, cfg.output_dir)
             console.print(_ledger_line(where), soft_wrap=True, markup=False)
 
-        with _observers(console, "client", metrics_port, metrics_host, serve_after) as metrics:
+        page = (cfg.to_dict(), dashboard_port) if dashboard else None
+        with _observers(
+            console, "client", metrics_port, metrics_host, serve_after, page
+        ) as metrics:
 
             async def service():
                 async with transport:
