@@ -98,7 +98,8 @@ DashboardOption = Annotated[
     bool,
     typer.Option(
         "--dashboard",
-        help="Serve the live dashboard (regret, phases, epsilon per client, report outcomes) "
+        help="Serve the live dashboard (regret, phases, epsilon per client, report outcomes, "
+        "a user's objective's trials and the recommendation by name) "
         "at http://127.0.0.1:PORT/ while the job runs (--dashboard-port; afterwards: "
         "`fedxab dashboard DIR`).",
     ),

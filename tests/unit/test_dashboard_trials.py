@@ -5,6 +5,7 @@ recommendation by name."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fedxab
 from fedxab.api import make_config, run_job
@@ -87,7 +88,10 @@ def test_the_recommendation_is_shown_by_name_in_the_users_units():
     assert abs(shown["params"]["lr"] - 10.0**-2.5) < 1e-12
 
 
-def test_an_in_process_run_of_a_users_objective_feeds_each_trial_as_it_happens():
+@pytest.mark.parametrize("broker", ["inprocess://", "memory://"])
+def test_a_run_of_a_users_objective_feeds_each_trial_as_it_happens(broker):
+    """``fedxab run --dashboard``: the in-process runner, and the agents on the embedded
+    broker (whose client agents tell a dashboard beside the server agent their trials)."""
     seen: list[int] = []  # trials the page had when each new one came
 
     class Watching(DashboardState):
@@ -97,7 +101,14 @@ def test_an_in_process_run_of_a_users_objective_feeds_each_trial_as_it_happens()
             super().on_trial(client, trial)
 
     space = {"lr": fedxab.Float(1e-3, 1e-1, log=True), "kind": fedxab.Categorical(["a", "b"])}
-    config = make_config(None, clients=2, budget=10, space=space, algorithm="fedpne")
+    config = make_config(
+        None,
+        clients=2,
+        budget=10,
+        space=space,
+        algorithm="fedpne",
+        sections={"broker": {"url": broker}},
+    )
     state = Watching(config.to_dict())
     results = run_job(config, functions=lambda p: float(np.log10(p["lr"])), metrics=state)
     assert seen == list(range(20))  # one at a time, during the run
