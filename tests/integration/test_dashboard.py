@@ -353,3 +353,34 @@ def test_the_page_lists_the_owners_nearest_their_lifetime_budget(tmp_path):
             ".map(r => [r.dataset.owner, Number(r.dataset.epsilon)])"
         )
     assert rows == [[r["owner"], r["epsilon"]] for r in nearest]
+
+
+@needs_chromium
+def test_the_page_shows_the_trials_and_the_recommendation_by_name():
+    from fedxab.objectives.history import TrialRecord
+
+    space = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
+    state = DashboardState({"space": space, "objective": {"direction": "minimize"}})
+    state.start_run(
+        run_id="r", algorithm="fedpne", objective="user", transport="kafka", clients=1, budget=5
+    )
+    for number, value in enumerate([0.4, 0.125, 0.3]):
+        state.on_trial(0, TrialRecord(number, {"lr": 10.0 ** -(number + 1)}, value, 0.5))
+    with DashboardServer(state) as page, Chromium() as browser:
+        browser.open(page.url, "document.body.dataset.renderedMs")
+        assert _value(browser, "trials-counts") == "3"
+        assert browser.evaluate("document.getElementById('trials-panel').hidden") is False
+        best = "document.querySelector('#trials-best tbody tr')"
+        assert browser.evaluate(f"{best}.dataset.value") == "0.125"  # the least, minimising
+        assert browser.evaluate(f"{best}.cells[4].textContent") == "lr = 0.01"
+        newest = "document.querySelector('#trials-recent tbody tr')"
+        assert browser.evaluate(f"{newest}.cells[1].textContent") == "2"  # newest first
+        assert browser.evaluate("document.getElementById('recommendation').hidden") is True
+        state.on_recommendation([0.5])
+        version = state.version
+        deadline = time.monotonic() + 10
+        while browser.evaluate("document.body.dataset.version") != str(version):
+            assert time.monotonic() < deadline, "the page did not show the recommendation"
+            time.sleep(0.05)
+        text = browser.evaluate("document.getElementById('recommendation-params').textContent")
+        assert text == "lr = 0.003162"  # 10**-2.5, by name in the user's units
