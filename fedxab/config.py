@@ -918,8 +918,20 @@ class PrivacyConfig(Section):
     """Names the clients' data: client ``m``'s data owner is ``client-m/<data_set>``. Default:
     ``objective-`` and a hash of the ``[objective]`` section, so runs on the same objective
     share lifetime budgets whatever their seed."""
+    release_best: bool = False
+    """Local DP only: at the end of the run each client releases its best observed value to
+    the server as a Gaussian release of ``best_epsilon`` at ``delta``, clipped to
+    ``[best_low, best_high]`` and charged in its ledger before it is sent
+    (:mod:`fedxab.privacy.best`). The best point is never released."""
+    best_epsilon: float | None = None
+    """The epsilon of that one release (required with ``release_best``)."""
+    best_low: float | None = None
+    """Lower end of the declared range of the best value (required with ``release_best``)."""
+    best_high: float | None = None
+    """Upper end of that range; ``best_high - best_low`` is the release's sensitivity."""
 
     def _check(self) -> None:
+        self._check_best()
         check_choice("privacy.accountant", self.accountant, ACCOUNTANTS)
         check_positive("privacy.accountant_timeout_s", self.accountant_timeout_s)
         if self.delta is not None and not 0 < self.delta < 1:
@@ -943,6 +955,41 @@ class PrivacyConfig(Section):
                 "privacy.data_set",
                 "must be 1 to 100 characters of letters, digits and ._- , got "
                 f"{self.data_set!r:.120}",
+            )
+
+    def _check_best(self) -> None:
+        """The fields of the best value's release: all or none, each in range."""
+        fields = {
+            "best_epsilon": self.best_epsilon,
+            "best_low": self.best_low,
+            "best_high": self.best_high,
+        }
+        if not self.release_best:
+            for name, value in fields.items():
+                if value is not None:
+                    raise ConfigError(
+                        f"privacy.{name}", "applies only with release_best = true; remove it"
+                    )
+            return
+        for name, value in fields.items():
+            if value is None:
+                raise ConfigError(
+                    f"privacy.{name}",
+                    "missing: release_best = true needs best_epsilon, best_low and best_high "
+                    "(e.g. best_epsilon = 0.5, best_low = 0.0, best_high = 1.0)",
+                )
+            if not math.isfinite(value):
+                raise ConfigError(f"privacy.{name}", f"must be a finite number, got {value}")
+        assert self.best_epsilon is not None and self.best_low is not None
+        assert self.best_high is not None
+        if self.best_epsilon <= 0:
+            raise ConfigError(
+                "privacy.best_epsilon", f"must be a number > 0, got {self.best_epsilon}"
+            )
+        if not self.best_low < self.best_high:
+            raise ConfigError(
+                "privacy.best_high",
+                f"must be greater than best_low ({self.best_low}), got {self.best_high}",
             )
 
     def accounting_delta(self, algorithm_params: Mapping[str, Any], n_clients: int) -> float:
@@ -1002,6 +1049,7 @@ class Config:
                     f"algorithm {name_!r} {kind} and takes no [{name}] section; remove it, "
                     f"or choose one of {', '.join(sorted(which))}",
                 )
+        self._check_release_best()
         fed = self.federation
         if self.objective.is_user and fed is not None and fed.heterogeneity != "none":
             raise ConfigError(
@@ -1009,6 +1057,27 @@ class Config:
                 f"{fed.heterogeneity!r} builds simulated client objectives from a built-in "
                 "one; with a user's own objective (objective.function) each client evaluates "
                 'its own function: use heterogeneity = "none" (or leave it out)',
+            )
+
+    def _check_release_best(self) -> None:
+        """``privacy.release_best`` needs local DP, and one scope for every release: the best
+        value reads every reward, so it composes with every phase's release."""
+        privacy = self.privacy
+        if privacy is None or not privacy.release_best:
+            return
+        name = self.algorithm.name
+        if PRIVATE.get(name) != "client":
+            raise ConfigError(
+                "privacy.release_best",
+                f"applies under local DP only; {name!r} is central DP, whose clients send "
+                "their outcomes to the trusted server anyway; remove it",
+            )
+        composition = self.algorithm_params().get("composition", "parallel")
+        if composition != "sequential":
+            raise ConfigError(
+                "privacy.release_best",
+                "the best value reads every phase's rewards, so its release composes with "
+                f'all of them: set algorithm.composition = "sequential" (got {composition!r})',
             )
 
     def _check_space(self) -> None:

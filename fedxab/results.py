@@ -27,7 +27,9 @@ Layout (schema ``fedxab.results/1``)::
          "recommendation_params": {...},               # and per client "best_params" and
                                                        # "recommendation_params" (or null)
          "withheld": {"reason", "detail", "fields": [...]},  # a server under local DP: the
-                                                       # fields it does not have, and why
+                                                       # fields it does not have, and why,
+                      "best_value_dp": {"client id": {...}}},  # [privacy] release_best: each
+                                                       # client's best value, noised, charged
          # private algorithms only (e.g. dpfedpne), recomputed from the privacy ledger:
          "privacy": {"accountant", "delta", "budget_epsilon", "max_epsilon",
                      "epsilon": [per client], "releases": [per client],

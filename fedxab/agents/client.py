@@ -63,6 +63,7 @@ from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transpor
 from fedxab.broker.codec import SERVER, client_sender, encode_envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, EvaluationError, FedxabError, ProtocolError
+from fedxab.privacy.best import BestRelease, release_best
 from fedxab.privacy.mirror import Owner, budget_record, end_record, release_record
 from fedxab.regret import round_grid
 from fedxab.results import RunRecord
@@ -155,6 +156,12 @@ class ClientAgent:
         self._fresh: list[Telemetry] = []  # local DP: telemetry not yet handed to ``server``
         self._privacy_block: dict[str, Any] | None = None
         self.gates = parts.gates
+        self.best_release = (
+            BestRelease.of(config.privacy, self.run_ledger.delta)
+            if self.local_only and self.run_ledger is not None
+            else None
+        )
+        """Local DP with ``[privacy] release_best``: the release of each client's best value."""
         self.signer = signer_for(config, client_ids)  # None unless the run signs
         self.session = ""
         """The session of the last valid broadcast: the clients' replies are signed in it."""
@@ -463,12 +470,29 @@ class ClientAgent:
     async def _send_outcomes(self, finished: Finished) -> None:
         """Each hosted client's outcome (what it observed of its own objective, and its own
         recommendation where it has one) to the server, for the run's results; nothing under
-        local DP (it stays here: :meth:`own_record`). The trials are never sent."""
+        local DP (it stays here: :meth:`own_record`). The trials are never sent.
+
+        Under local DP with ``[privacy] release_best``, each client's best value leaves instead
+        as a DP release (:mod:`fedxab.privacy.best`), charged in its ledger and mirrored to the
+        ledger topic before it is sent; a refused release sends the refusal, no value."""
         if self.local_only:
+            if self.best_release is not None:
+                releases = {m: self._release_best(m) for m in self.clients}
+                await self._mirror_ledger()
+                await self._to_every_client(
+                    "best_dp", int(finished.phase), "best_dp", lambda m: releases[m]
+                )
             return
         await self._to_every_client(
             "outcome", int(finished.phase), "outcome", lambda m: self.hosted.outcome(m).to_dict()
         )
+
+    def _release_best(self, m: int) -> dict[str, Any]:
+        """Client ``m``'s best value as a charged DP release (or its refusal)."""
+        assert self.best_release is not None
+        best = self.hosted.outcome(m).best_value
+        release = release_best(self.best_release, best, self.gates[m], self.seed, m)
+        return {"client": m, **release}
 
     async def _leave(self, phase: int) -> None:
         """Tell the server each hosted client saw the final answer (so it stops repeating it)."""

@@ -67,6 +67,7 @@ from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transpor
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.privacy.best import checked_best_release
 from fedxab.privacy.mirror import (
     Owner,
     budget_record,
@@ -331,7 +332,9 @@ class ServerAgent:
     def on_control(self, record: Record) -> None:
         """Join, leave, heartbeat and telemetry messages (idempotent)."""
         env = self._envelope(
-            record, ("join", "leave", "heartbeat", "telemetry", "outcome", "failed"), "control"
+            record,
+            ("join", "leave", "heartbeat", "telemetry", "outcome", "failed", "best_dp"),
+            "control",
         )
         if env is None:
             return
@@ -367,6 +370,15 @@ class ServerAgent:
             elif self.failure is None:
                 self.failure = f"run {self.run_id}: client {m} failed at phase {env.phase}: {text}"
                 self._wakeup.set()
+        elif env.kind == "best_dp":
+            withheld = self.run_session.withheld
+            try:
+                release = checked_best_release(env.body(), m)
+            except ProtocolError as exc:
+                self._reject("invalid", "bad_payload", f"best_dp of client {m}: {exc}", "control")
+                return
+            if withheld is not None:  # under local DP over the broker: the only best it learns
+                withheld.setdefault("best_value_dp", {}).setdefault(str(m), release)
         elif env.kind == "outcome" and self.local_only:
             text = f"outcome of client {m}: under local DP a client's outcome stays with it"
             self._reject("invalid", "local_dp", text, "control")

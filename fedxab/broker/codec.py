@@ -260,6 +260,7 @@ ENVELOPE_KINDS = (
     "failed",  # client -> server (control): the client's objective failed, see agents.failures
     "ledger",  # either way (ledger topic): a privacy event
     "outcome",  # client -> server (control): what the client observed of its objective
+    "best_dp",  # client -> server (control): its best value as a charged DP release (opt-in)
     "hello",  # client -> server (lobby): the run protocol the client will take part in
     "refuse",  # server -> client (lobby): the client's protocol is not the server's
 )
