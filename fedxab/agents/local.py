@@ -16,6 +16,7 @@ noise as this runner for the same seed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +123,9 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
         regret_known=known,
         local_regret_known=known,
     )
+    trials = getattr(objective, "trials", None)  # a user's objective: its calls, live
+    if trials is not None and observer.wants_trials:
+        trials.listener = functools.partial(observer.on_trial, 0)
 
     values = np.empty(budget, dtype=np.float64)  # noise-free f(x_t)
     points = np.empty((budget, config.domain.shape[0]))  # x_t

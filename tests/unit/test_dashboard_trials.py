@@ -119,3 +119,37 @@ def test_a_run_of_a_users_objective_feeds_each_trial_as_it_happens(broker):
     assert run["recommendation"]["params"] == record.recommendation_params
     best = {c.client: c.best_value for c in record.clients}
     assert {r["client"]: r["value"] for r in run["trials"]["per_client"]} == best
+
+
+def test_a_single_agent_run_of_a_users_objective_feeds_each_trial(tmp_path, monkeypatch):
+    """``fedxab run --dashboard`` of a single-agent algorithm (HCT) on a user's objective."""
+    from fedxab.agents.local import run_config
+    from fedxab.config import config_from_dict
+
+    (tmp_path / "onesite.py").write_text(
+        "import math\n\ndef f(params):\n    return -abs(math.log10(params['lr']) + 2.0)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = config_from_dict(
+        {
+            "run": {"budget": 12, "output": str(tmp_path / "out")},
+            "objective": {"function": "onesite:f"},
+            "space": {"lr": SPACE_TABLE["lr"]},
+            "algorithm": {"name": "hct"},
+        }
+    )
+    seen: list[int] = []
+
+    class Watching(DashboardState):
+        def on_trial(self, client, trial):
+            run = self.snapshot()["run"]
+            seen.append(0 if run["trials"] is None else run["trials"]["count"])
+            super().on_trial(client, trial)
+
+    state = Watching(config.to_dict())
+    results = run_config(config, metrics=state)
+    assert seen == list(range(12))
+    run = state.snapshot()["run"]
+    assert set(run["trials"]["best"]["params"]) == {"lr"}
+    assert run["trials"]["best"]["value"] == results.runs[0].clients[0].best_value
+    assert run["recommendation"]["params"] == results.runs[0].recommendation_params
