@@ -25,9 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -373,6 +373,8 @@ def _clients_table(results, always: bool = False) -> Table | None:
         table.add_column("clients")
         table.add_column("best observed, at, own recommendation, trials")
         table.add_row("all", _WITHHELD)
+        for m, release in list(run.withheld.get("best_value_dp", {}).items())[:_CLIENT_ROWS]:
+            table.add_row(f"client {m}", _best_release_text(release))
         table.caption = "each client keeps them: fedxab client --output DIR"
         table.caption_justify = "left"
         return table
@@ -401,6 +403,17 @@ def _clients_table(results, always: bool = False) -> Table | None:
         )
         table.caption_justify = "left"
     return table
+
+
+def _best_release_text(release: Mapping[str, Any]) -> str:
+    """A client's best value as the server has it under ``[privacy] release_best``: noised,
+    with its epsilon and noise sd, or why it was refused."""
+    if "refused" in release:
+        return f"best value (DP): refused: {release['refused']}"
+    return (
+        f"best value (DP, epsilon {release['epsilon']:g}): {_fmt(release['best_value_dp'], 6)} "
+        f"(noise sd {_fmt(release['sigma'], 3)})"
+    )
 
 
 def _coverage_note(run) -> str:

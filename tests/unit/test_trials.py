@@ -131,3 +131,22 @@ def test_a_malformed_withheld_block_is_refused(bad):
 def _withheld_results_dict():
     run = fedxab.federate(_loss, DOMAIN, budget=20, clients=2).runs[0]
     return dataclasses.replace(run, withheld=WITHHELD).to_dict()
+
+
+def test_the_clients_table_shows_a_best_value_released_under_dp_as_such(tmp_path):
+    from fedxab.cli import _clients_table
+
+    about = {"mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-5, "sigma": 0.25}
+    released = {
+        "0": {"best_value_dp": 0.8125, "range": [0.0, 1.0], **about},
+        "1": {"refused": "over its budget", "range": [0.0, 1.0], **about},
+    }
+    results = _withheld_results(tmp_path)
+    run = dataclasses.replace(results.runs[0], withheld={**WITHHELD, "best_value_dp": released})
+    loaded = load_results(write_results(dataclasses.replace(results, runs=(run,)), tmp_path))
+    assert loaded.runs[0].withheld["best_value_dp"] == released
+    console = Console(file=io.StringIO(), width=200)
+    console.print(_clients_table(loaded))
+    text = console.file.getvalue()
+    assert "best value (DP, epsilon 0.5): 0.8125" in text
+    assert "best value (DP): refused: over its budget" in text
