@@ -1248,6 +1248,7 @@ def _validate_objects(config: Config) -> None:
             params=_plain(config.algorithm.params),
             client_ids=[0],
             edges=None if config.search_space is None else config.search_space.edges,
+            categories=None if config.search_space is None else config.search_space.categories,
         )
         return
     make_optimizer(

@@ -344,6 +344,10 @@ class SearchSpace:
         self.levels: tuple[int | None, ...] = tuple(p.levels for p in parsed.values())
         self.edges: tuple[np.ndarray | None, ...] = tuple(p.edges() for p in parsed.values())
         """Per dimension: the cell boundaries of a discrete parameter, None if continuous."""
+        self.categories: tuple[int | None, ...] = tuple(
+            p.levels if p.KIND == "categorical" else None for p in parsed.values()
+        )
+        """Per dimension: a categorical's number of choices, None for any other parameter."""
         domain = np.tile([0.0, 1.0], (self.dim, 1))
         domain.setflags(write=False)
         self.domain = domain

@@ -30,6 +30,7 @@ from fedxab.algorithms.rff import (
     RandomFeatures,
     WeightPosterior,
     as_points,
+    model_inputs,
     se_kernel,
 )
 from fedxab.domain import as_domain
@@ -212,12 +213,14 @@ def rff_posterior_function(
     *,
     n_features: int = DEFAULT_OWN_FEATURES,
     noise_floor: float = NOISE_FLOOR,
+    categories: tuple[int | None, ...] | None = None,
 ) -> FeatureFunction:
     """An approximate sample ``f_t^n(x) = φ_fresh(x)ᵀω`` of the agent's own GP posterior.
 
     Draws fresh features (``s_j`` then ``b_j``, :meth:`RandomFeatures.draw`) from the fitted
     lengthscale and signal variance, then ω ~ N(ν, λΣ⁻¹) with λ = max(noise_floor, noise
     variance) (eq. (2)); β = 1. Never the shared features: those serve only the vectors sent.
+    ``categories``: the categorical coordinates, one-hot in the kernel (:func:`model_inputs`).
     """
     X = as_points(X)
     features = RandomFeatures.draw(
@@ -226,6 +229,7 @@ def rff_posterior_function(
         hyper.lengthscale,
         rng,
         signal_variance=hyper.signal_variance,
+        categories=categories,
     )
     lam = max(check_positive("noise_floor", noise_floor), hyper.noise_variance)
     omega = WeightPosterior.fit(features(X), y, lam).sample(rng)
@@ -291,6 +295,7 @@ def own_ts_step(
     n_features: int = DEFAULT_OWN_FEATURES,
     beta: float = 1.0,
     noise_floor: float = NOISE_FLOOR,
+    categories: tuple[int | None, ...] | None = None,
 ) -> np.ndarray:
     """The agent's own GP-TS query ``x_t^n = argmax_x f_t^n(x)``, whole domain (Algo. 2 line 6).
 
@@ -300,14 +305,25 @@ def own_ts_step(
     candidates, the sample); a joint sample exists only on a finite set, so there is no
     refinement — an option for discrete domains. ``beta`` (β_{t+1} of Algo. 2 line 6)
     scales only the exact sampler's posterior standard deviation; the practice value is 1.
+    ``categories``: both samplers' kernel takes :func:`model_inputs` of the points.
     """
     check_choice("sampler", sampler, OWN_TS_SAMPLERS)
     X = as_points(X)
     if sampler == "rff":
         if beta != 1.0:
             raise ConfigError("beta", f"is used only by sampler='exact'; got beta={beta!r}")
-        f = rff_posterior_function(X, y, hyper, rng, n_features=n_features, noise_floor=noise_floor)
+        f = rff_posterior_function(
+            X, y, hyper, rng, n_features=n_features, noise_floor=noise_floor, categories=categories
+        )
         return maximiser.argmax(f, rng)[0]
     points = maximiser.candidates(X.shape[1], rng)
-    values = exact_posterior_sample(X, y, points, hyper, rng, beta=beta, noise_floor=noise_floor)
+    values = exact_posterior_sample(
+        model_inputs(X, categories),
+        y,
+        model_inputs(points, categories),
+        hyper,
+        rng,
+        beta=beta,
+        noise_floor=noise_floor,
+    )
     return points[int(np.argmax(values))].copy()

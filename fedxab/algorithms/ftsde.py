@@ -76,7 +76,13 @@ from fedxab.algorithms.protocol import (
     wire_array,
     wire_int,
 )
-from fedxab.algorithms.rff import FeatureFunction, RandomFeatures, WeightPosterior
+from fedxab.algorithms.rff import (
+    FeatureFunction,
+    RandomFeatures,
+    WeightPosterior,
+    check_categories,
+    model_inputs,
+)
 from fedxab.algorithms.subregions import SubRegions
 from fedxab.domain import as_domain
 from fedxab.errors import ConfigError, ProtocolError
@@ -170,8 +176,12 @@ class FTSSettings:
     init_region: str = "home"
     grid_size: int | None = None
     seed: int = 0
+    categories: tuple[int | None, ...] | None = None
+    """Per coordinate, a categorical's number of choices (None: not categorical), from the
+    shared search space: the kernel sees those coordinates one-hot (:func:`model_inputs`)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "categories", check_categories(self.dim, self.categories))
         check_positive_int("algorithm.n_init", self.n_init)
         check_positive_int("algorithm.n_features", self.n_features)
         check_positive("algorithm.lengthscale", self.lengthscale)
@@ -219,6 +229,7 @@ class FTSSettings:
             self.seed,
             signal_variance=self.signal_variance,
             normalize=self.normalize_features,
+            categories=self.categories,
         )
 
     def layout(self) -> SubRegions:
@@ -283,6 +294,7 @@ class FTSDEServer(InboxServer[FTSReport]):
         init_region: str = "home",
         grid_size: int | None = None,
         seed: int = 0,
+        categories: Sequence[int | None] | None = None,
     ) -> None:
         check_positive_int("federation.clients", n_clients)
         self.domain, self.settings = _settings(domain, locals())
@@ -471,6 +483,7 @@ class FTSDEClient:
         init_region: str = "home",
         grid_size: int | None = None,
         seed: int = 0,
+        categories: Sequence[int | None] | None = None,
     ) -> None:
         if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
             raise ConfigError("client_id", f"must be an integer >= 0, got {client_id!r}")
@@ -562,7 +575,11 @@ class FTSDEClient:
             n = len(self.y)
             if self.own_fit_every and n >= 5 and n % self.own_fit_every == 0:
                 self.own = fit_se_hyperparameters(
-                    self.X, self.y, rng, start=self.own, restarts=self.own_fit_restarts
+                    model_inputs(self.X, self.settings.categories),
+                    self.y,
+                    rng,
+                    start=self.own,
+                    restarts=self.own_fit_restarts,
                 )
             x = own_ts_step(
                 self.X,
@@ -572,6 +589,7 @@ class FTSDEClient:
                 self.maximiser,
                 sampler=self.own_sampler,
                 n_features=self.own_features,
+                categories=self.settings.categories,
             )
         elif self.settings.grid_size is not None:
             self.branches.append("federated")

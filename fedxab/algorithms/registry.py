@@ -114,7 +114,14 @@ WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
 # by PF-HCT's local stage.
 _RUN_LEVEL = ("domain", "seed", "budget", "roots", "edges")
 # ... and for federated algorithms also by the runner ([federation] section, client ids).
-_FEDERATED_RUN_LEVEL = (*_RUN_LEVEL, "n_clients", "client_id", "partition", "edges")
+_FEDERATED_RUN_LEVEL = (
+    *_RUN_LEVEL,
+    "n_clients",
+    "client_id",
+    "partition",
+    "edges",
+    "categories",
+)
 
 
 def _keyword_defaults(cls: type, exclude: Iterable[str]) -> dict[str, Any]:
@@ -238,6 +245,7 @@ def make_federation(
     params: dict[str, Any],
     client_ids: Iterable[int] | None = None,
     edges: Sequence[Any] | None = None,
+    categories: Sequence[int | None] | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the server and the clients of federated algorithm ``name``.
 
@@ -246,7 +254,9 @@ def make_federation(
     ``0..n_clients-1``; a deployed client process builds only its own). ``edges``: a typed
     space's cell boundaries per coordinate (:attr:`fedxab.space.SearchSpace.edges`), given to
     each side that takes them (its tree then splits discrete coordinates between values,
-    :class:`~fedxab.algorithms.partition.Partition`). Unknown names and
+    :class:`~fedxab.algorithms.partition.Partition`). ``categories``: the space's categorical
+    coordinates (:attr:`fedxab.space.SearchSpace.categories`), given to each side that takes
+    them (the FTS family's kernel then sees them one-hot). Unknown names and
     parameters raise :class:`ConfigError` naming ``algorithm.name`` / ``algorithm.<param>`` and
     listing what is allowed; the constructors' own checks name the offending parameter.
     """
@@ -268,6 +278,8 @@ def make_federation(
     client_keys = set(_keyword_parameters(client_cls, ()))
     if edges is not None:  # to each side that builds a tree (test_partition checks that
         run_level["edges"] = edges  # every tree of an algorithm takes them, or none does)
+    if categories is not None:
+        run_level["categories"] = categories
     # Each side gets the run-level values and the parameters its constructor accepts.
     server_kw = {k: v for k, v in {**run_level, **params}.items() if k in server_keys}
     client_kw = {k: v for k, v in {**run_level, **params}.items() if k in client_keys}

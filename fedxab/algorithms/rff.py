@@ -2,6 +2,10 @@
 
 The building blocks every FTS-family agent uses (Dai, Low & Jaillet 2021):
 
+- :func:`model_inputs`, the kernel's input ``z(x)`` of a point of the encoded box: a categorical
+  coordinate becomes its choice's one-hot vector scaled by ``1/√2``, so two different choices are
+  at distance 1 whatever their indices, and kernel value ``σ0² exp(−1/(2l²))`` apart (other
+  coordinates equal); every other coordinate is its own input;
 - :func:`se_kernel`, the squared-exponential kernel ``k(x,x') = σ0² exp(−‖x−x'‖²/(2l²))``;
 - :class:`RandomFeatures`, the feature map ``φ: X → ℝ^M`` with ``k(x,x') ≈ φ(x)ᵀφ(x')``. The
   shared map is derived from ``(seed, role)`` by :meth:`RandomFeatures.from_seed`, so every agent
@@ -20,7 +24,7 @@ through :func:`fedxab.seeding.stream`, everything else takes a ``numpy.random.Ge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +60,55 @@ def as_points(X: np.ndarray, dim: int | None = None, field: str = "X") -> np.nda
     return arr
 
 
+CATEGORY_SCALE = 1.0 / math.sqrt(2.0)
+"""The one-hot vectors' scale: ``‖c·e_i − c·e_j‖ = c·√2 = 1`` for two different choices i ≠ j."""
+
+
+def check_categories(
+    dim: int, categories: Sequence[int | None] | None
+) -> tuple[int | None, ...] | None:
+    """``categories`` as a tuple of ``dim`` entries (a categorical coordinate's number of
+    choices, None for any other coordinate), or None when no coordinate is categorical."""
+    if categories is None:
+        return None
+    cats = tuple(categories)
+    if len(cats) != dim or any(
+        n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1) for n in cats
+    ):
+        raise ConfigError(
+            "categories",
+            f"must list {dim} entries, a categorical coordinate's number of choices (>= 1) or "
+            f"None; got {categories!r}",
+        )
+    return cats if any(n is not None for n in cats) else None
+
+
+def input_dim(dim: int, categories: tuple[int | None, ...] | None) -> int:
+    """The length of :func:`model_inputs`' rows: ``dim`` plus ``n − 1`` per categorical."""
+    return dim if categories is None else sum(1 if n is None else n for n in categories)
+
+
+def model_inputs(X: np.ndarray, categories: tuple[int | None, ...] | None) -> np.ndarray:
+    """The kernel's inputs ``Z`` (n, :func:`input_dim`) of points X (n, D) of the encoded box.
+
+    A coordinate with ``categories[j] = n`` is a categorical whose choice k owns the cell
+    ``[k/n, (k+1)/n)`` (:mod:`fedxab.space`); it becomes ``e_k / √2`` (n entries), so the SE
+    kernel between two different choices is ``σ0² exp(−1/(2l²))`` times the other coordinates'
+    factor, the same for every pair. Other coordinates are copied. ``categories`` None: X itself.
+    """
+    if categories is None:
+        return X
+    columns = []
+    for j, n in enumerate(categories):
+        if n is None:
+            columns.append(X[:, j : j + 1])
+            continue
+        edges = np.linspace(0.0, 1.0, n + 1)  # the space's cells: decode's rule exactly
+        k = np.clip(np.searchsorted(edges, X[:, j], side="right") - 1, 0, n - 1)
+        columns.append(CATEGORY_SCALE * (k[:, None] == np.arange(n)))
+    return np.hstack(columns)
+
+
 def se_kernel(
     X: np.ndarray, Y: np.ndarray, lengthscale: float, signal_variance: float = 1.0
 ) -> np.ndarray:
@@ -73,12 +126,17 @@ class RandomFeatures:
     ``k(x,x') ≈ φ(x)ᵀφ(x')``. With ``normalize=True`` (the default, as in the authors' code) each
     feature vector is rescaled to norm ``sqrt(σ0²)``, so ``‖φ(x)‖² = σ0²`` exactly, as the proof's
     step (20)(a) assumes; ``normalize=False`` gives the plain Rahimi–Recht map.
+
+    ``categories`` (:func:`check_categories`): the map takes points x of the encoded box (D,)
+    and applies the kernel to ``z = model_inputs(x)``, so ``spectral`` has
+    :func:`input_dim` columns; None: z = x.
     """
 
     spectral: np.ndarray
     phase: np.ndarray
     signal_variance: float = 1.0
     normalize: bool = True
+    categories: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         spectral = np.array(self.spectral, dtype=float)
@@ -94,6 +152,14 @@ class RandomFeatures:
             )
         if not (np.all(np.isfinite(spectral)) and np.all(np.isfinite(phase))):
             raise ConfigError("spectral", "frequencies and phases must be finite")
+        if self.categories is not None:
+            cats = check_categories(len(self.categories), self.categories)
+            inputs = input_dim(len(self.categories), cats)
+            if inputs != spectral.shape[1]:
+                raise ConfigError(
+                    "categories", f"give {inputs} kernel inputs, spectral has {spectral.shape[1]}"
+                )
+            object.__setattr__(self, "categories", cats)
         spectral.setflags(write=False)
         phase.setflags(write=False)
         object.__setattr__(self, "spectral", spectral)
@@ -112,14 +178,17 @@ class RandomFeatures:
         *,
         signal_variance: float = 1.0,
         normalize: bool = True,
+        categories: tuple[int | None, ...] | None = None,
     ) -> RandomFeatures:
-        """Draw ``s_j ~ N(0, l⁻²I_D)`` then ``b_j ~ U[0, 2π]``, j = 1..M, from ``rng``."""
+        """Draw ``s_j ~ N(0, l⁻²I)`` (one entry per kernel input, :func:`input_dim`) then
+        ``b_j ~ U[0, 2π]``, j = 1..M, from ``rng``."""
         dim = check_positive_int("dim", dim)
         n_features = check_positive_int("n_features", n_features)
         lengthscale = check_positive("lengthscale", lengthscale)
-        spectral = rng.standard_normal((n_features, dim)) / lengthscale
+        cats = check_categories(dim, categories)
+        spectral = rng.standard_normal((n_features, input_dim(dim, cats))) / lengthscale
         phase = rng.uniform(0.0, 2.0 * math.pi, n_features)
-        return cls(spectral, phase, signal_variance, normalize)
+        return cls(spectral, phase, signal_variance, normalize, cats)
 
     @classmethod
     def from_seed(
@@ -132,10 +201,12 @@ class RandomFeatures:
         role: str = SHARED_ROLE,
         signal_variance: float = 1.0,
         normalize: bool = True,
+        categories: tuple[int | None, ...] | None = None,
     ) -> RandomFeatures:
         """The shared map of a run: :meth:`draw` from the stream ``(seed, role)``.
 
-        Every party that calls this with the same arguments gets identical features, which the
+        Every party that calls this with the same arguments (``categories`` comes from the shared
+        search space) gets identical features, which the
         server's coordinate-wise averaging of ω vectors requires. Spec values: M = 100, l = 0.01,
         σ0² = 1 (real-world); M = 50, l = 0.03 (synthetic).
         """
@@ -146,6 +217,7 @@ class RandomFeatures:
             stream(seed, role),
             signal_variance=signal_variance,
             normalize=normalize,
+            categories=categories,
         )
 
     @property
@@ -155,8 +227,8 @@ class RandomFeatures:
 
     @property
     def dim(self) -> int:
-        """D, the input dimension."""
-        return int(self.spectral.shape[1])
+        """D, the dimension of the points (the encoded box's)."""
+        return len(self.categories) if self.categories else int(self.spectral.shape[1])
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         """``Φ``, the (n, M) matrix whose rows are ``φ(x)ᵀ`` for the rows x of X (n, D).
@@ -165,8 +237,8 @@ class RandomFeatures:
         whole grid, and each temporary of that size costs about as much as the arithmetic. With
         D = 1 the products ``x·s_j`` are plain products (a matrix product of inner dimension 1
         rounds each the same way), so the values are those of ``cos(X Sᵀ + b)`` exactly."""
-        X = as_points(X, self.dim)
-        arg = X * self.spectral.T if self.dim == 1 else X @ self.spectral.T
+        Z = model_inputs(as_points(X, self.dim), self.categories)
+        arg = Z * self.spectral.T if self.spectral.shape[1] == 1 else Z @ self.spectral.T
         arg += self.phase
         features = np.cos(arg, out=arg)
         if self.normalize:
@@ -178,10 +250,21 @@ class RandomFeatures:
         return features
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
-        """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement."""
-        arg = self.spectral @ np.asarray(x, dtype=float) + self.phase
+        """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement.
+        A categorical coordinate's column is 0: φ is constant inside each choice's cell."""
+        x = np.asarray(x, dtype=float)
+        z = model_inputs(x[None], self.categories)[0]
+        arg = self.spectral @ z + self.phase
         cos, sin = np.cos(arg), np.sin(arg)
-        d_cos = -sin[:, None] * self.spectral  # ∂cos(s_jᵀx + b_j)/∂x, (M, D)
+        spectral = self.spectral  # ∂z/∂x: the identity on the columns of the other coordinates
+        if self.categories is not None:
+            spectral = np.zeros((self.n_features, self.dim))
+            start = 0
+            for j, n in enumerate(self.categories):
+                if n is None:
+                    spectral[:, j] = self.spectral[:, start]
+                start += 1 if n is None else n
+        d_cos = -sin[:, None] * spectral  # ∂cos(s_jᵀz(x) + b_j)/∂x, (M, D)
         if not self.normalize:
             return math.sqrt(2.0 * self.signal_variance / self.n_features) * d_cos
         norm = float(np.linalg.norm(cos))

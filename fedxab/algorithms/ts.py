@@ -71,6 +71,7 @@ class TSClient(FTSDEClient):
         n_init: int = 10,
         grid_size: int | None = None,
         seed: int = 0,
+        categories: Sequence[int | None] | None = None,
     ) -> None:
         super().__init__(
             client_id,
@@ -92,6 +93,7 @@ class TSClient(FTSDEClient):
             init_region="whole",
             grid_size=grid_size,
             seed=seed,
+            categories=categories,
         )
         # TS answers with its own report class, not the FTS agent's (whose cache it leaves unused)
         self._ts_replies: ReplyCache[TSReport] = ReplyCache()

@@ -172,6 +172,7 @@ def build_run(
         params=params,
         client_ids=ids,
         edges=None if config.search_space is None else config.search_space.edges,
+        categories=None if config.search_space is None else config.search_space.categories,
     )
     releaser = PRIVATE.get(name)
     run_ledger, gates = None, {}
