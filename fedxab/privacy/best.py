@@ -110,7 +110,8 @@ def checked_best_release(body: Any, client: int) -> dict[str, Any]:
     """A client's ``best_dp`` message as the server reads it: client ``client``'s release
     (``best_value_dp`` and its finite epsilon, delta, sigma and range) or its refusal; a
     :class:`~fedxab.errors.ProtocolError` naming the defect otherwise."""
-    if not isinstance(body, dict) or body.get("client") != client:
+    about_client = body.get("client") if isinstance(body, dict) else None
+    if type(about_client) is not int or about_client != client:  # (an array has no == test)
         raise ProtocolError(f"must be a map about client {client}")
     if "best_value" in body or "best_point" in body:
         raise ProtocolError("carries a raw best value or point")

@@ -359,6 +359,10 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
     if not isinstance(body, Mapping):
         raise ProtocolError("a ledger entry must be a map")
     recorded_in = body.get("namespace")
+    if recorded_in is not None and not isinstance(recorded_in, str):  # (an array: no == test)
+        raise ProtocolError(
+            f"a ledger entry's 'namespace' must be a string, got {type(recorded_in).__name__}"
+        )
     if namespace is not None and recorded_in != namespace:
         raise _Replay(
             f"{env.sender}'s {body.get('entry')!r:.20} record of namespace {recorded_in!r:.80}, "
@@ -378,7 +382,7 @@ def entry_of(opened: Opened, run_id: str, *, signed: bool, namespace: str | None
     if not isinstance(entry, str) or entry not in ("release", "budget", "end"):
         raise ProtocolError(f"unknown ledger entry {entry!r:.80}")
     session = opened.session
-    namespace_of = recorded_in if isinstance(recorded_in, str) else None
+    namespace_of = recorded_in
     try:
         if entry == "release":
             phase = body.get("phase")

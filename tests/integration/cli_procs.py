@@ -29,6 +29,30 @@ def without_time(run: dict) -> dict:
     return run
 
 
+LOCAL_DP_WITHHELD = [
+    "clients",
+    "cumulative_regret",
+    "local_cumulative_regret",
+    "global_simple_regret",
+    "local_simple_regret",
+]
+"""What a server's results withhold under local DP when the objectives are simulated (their
+regret curves are built from the clients' telemetry): ``fedxab.run.outcome.withheld_block``."""
+
+
+def served_under_local_dp(served: dict, in_process: dict) -> tuple[dict, dict]:
+    """A local-DP server's run and the in-process run of the same seed, each without what the
+    server does not have: the served run must name exactly :data:`LOCAL_DP_WITHHELD` as
+    withheld and hold none of it (nor the average regret derived from it); the in-process run
+    (every party in one process) has all of it. Equal pairs mean equal runs otherwise."""
+    served, in_process = dict(served), dict(in_process)
+    assert served.pop("withheld")["fields"] == LOCAL_DP_WITHHELD
+    for key in ("average_regret", *LOCAL_DP_WITHHELD):
+        assert served.pop(key, None) is None, key
+        in_process.pop(key)
+    return served, in_process
+
+
 def start_cli(*args: str, log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen:
     """``fedxab ARGS`` in a new process, stdout and stderr to ``log``; ``env`` adds variables
     to this process's environment."""
