@@ -18,6 +18,7 @@ import sys
 import dp_accounting
 import pytest
 
+import fedxab
 from fedxab.errors import ConfigError
 from fedxab.privacy import accountants
 from fedxab.privacy.accountants import (
@@ -280,6 +281,36 @@ def test_a_notebook_style_session_is_pld_not_rdp():
         f"exec(compile({LANDMINE!r}, '<cell 1>', 'exec'), main.__dict__)\n"
     )
     assert _python("-c", kernel).split() == ["19.93", "0"]
+
+
+def test_pld_in_a_jupyter_kernel_is_pld_not_rdp(tmp_path):
+    # a real IPython kernel (this interpreter, this environment: PYTHONPATH as above)
+    jupyter_client = pytest.importorskip("jupyter_client", reason="pip install 'fedxab[dev]'")
+    pytest.importorskip("ipykernel", reason="pip install 'fedxab[dev]'")
+    manager = jupyter_client.KernelManager(
+        kernel_name="python3", connection_file=str(tmp_path / "kernel.json")
+    )
+    manager.start_kernel(env=dict(os.environ), cwd=str(tmp_path))
+    client = manager.blocking_client()
+    try:
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        printed = []
+
+        def stdout(message: dict) -> None:
+            if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
+                printed.append(message["content"]["text"])
+
+        cells = ["import sys, fedxab\nprint(sys.executable, fedxab.__file__)", LANDMINE]
+        for cell in cells:
+            reply = client.execute_interactive(cell, timeout=60, output_hook=stdout)
+            assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    where, answer = "".join(printed).splitlines()
+    assert where.split() == [sys.executable, fedxab.__file__]  # the interpreter and tree under test
+    assert answer.split() == ["19.93", "0"]
 
 
 def test_a_frozen_program_computes_in_a_thread(monkeypatch):
