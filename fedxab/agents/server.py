@@ -340,9 +340,12 @@ class ServerAgent:
             return
         m = env.client_id
         assert m is not None
+        repeat = False  # a join or leave of a client that had already sent one: a duplicate
         if env.kind == "join":
+            repeat = m in self.joined
             self.joined.add(m)
         elif env.kind == "leave":
+            repeat = m in self.left
             self.left.add(m)
             self._wakeup.set()
         elif env.kind == "telemetry":
@@ -399,7 +402,7 @@ class ServerAgent:
                 self._reject("invalid", "conflict", text, "control")
                 return
         self.last_seen[m] = time.time()  # only a valid message says the client is alive
-        self._count(f"control_{env.kind}")
+        self._count("control_duplicate" if repeat else f"control_{env.kind}")
 
     def take_local(
         self, telemetry: list[Telemetry], outcomes: Collection[ClientOutcome] = ()

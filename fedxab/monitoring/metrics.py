@@ -41,7 +41,8 @@ transport,role,run_id}``                               one); one series at a tim
                                                        ``duplicate``, ``late``, ``invalid``
 ``fedxab_control_messages_total{kind}``     counter    server: control-topic messages, ``join``,
                                                        ``leave``, ``heartbeat``, ``telemetry``,
-                                                       ``invalid``
+                                                       ``invalid``, ``duplicate`` (a second join
+                                                       or leave of one client)
 ``fedxab_broadcasts_repeated_total``        counter    server: broadcasts published again (stall)
 ``fedxab_broadcasts_invalid_total``         counter    client: broadcasts rejected as invalid
 ``fedxab_ledger_records_invalid_total``     counter    server: invalid ledger-topic records

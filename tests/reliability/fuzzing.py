@@ -37,15 +37,7 @@ def fuzz_config(keys_dir: str | None) -> object:
             "composition": "sequential",
         },
         "federation": {"clients": CLIENTS},
-        # local DP: a client's outcome stays with it; its best value leaves only as the opt-in
-        # release (a best_dp control record, fuzzed with the rest)
-        "privacy": {
-            "budget_epsilon": 50.0,
-            "release_best": True,
-            "best_epsilon": 0.5,
-            "best_low": 0.0,
-            "best_high": 1.0,
-        },
+        "privacy": {"budget_epsilon": 50.0},
         "agents": {"telemetry_interval_s": 1e-6},
     }
     if keys_dir is not None:

@@ -236,7 +236,7 @@ def test_the_lobby_refuses_or_ignores_every_confused_hello_and_refusal(recorded)
 def test_the_recorded_run_holds_every_topic(recorded):
     assert {"broadcast", "report", "control", "ledger", "hello", "refuse"} <= set(recorded.records)
     kinds = {Envelope.decode(_inner(r.value)).kind for r in recorded.records["control"]}
-    assert {"join", "telemetry", "best_dp", "leave"} <= kinds
+    assert {"join", "telemetry", "leave"} <= kinds
     assert "outcome" not in kinds  # local DP: what a client observed stays with it
 
 
