@@ -753,12 +753,17 @@ class PFPNEClient:
             pulls_u = np.minimum(need, np.maximum(n - (np.cumsum(need) - need), 0))
             if n:
                 sel = pulls_u > 0
-                X = np.repeat(self.partition.centres(h, u[sel]), pulls_u[sel], axis=0)
+                nodes, reps = u[sel], pulls_u[sel]
+                X = np.repeat(self.partition.centres(h, nodes), reps, axis=0)
                 rewards = evaluate_checked(evaluate, X)
-                owner = np.repeat(u[sel], pulls_u[sel])
-                for i, r in zip(owner.tolist(), rewards.tolist(), strict=True):
-                    count[(h, i)] = count.get((h, i), 0) + 1
-                    total_sum[(h, i)] = total_sum.get((h, i), 0.0) + r
+                keys = [(h, i) for i in nodes.tolist()]
+                # each node's sum goes on from its earlier samples, one reward at a time in
+                # pull order (np.add.at adds sequentially: the sums of a per-pull loop)
+                sums = np.array([total_sum.get(key, 0.0) for key in keys])
+                np.add.at(sums, np.repeat(np.arange(len(keys)), reps), rewards)
+                for key, r, s in zip(keys, reps.tolist(), sums.tolist(), strict=True):
+                    count[key] = count.get(key, 0) + r
+                    total_sum[key] = s
                 used += n
             if n < total:  # the horizon ends inside this depth: no decision
                 break
