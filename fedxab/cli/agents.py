@@ -1,0 +1,270 @@
+"""``fedxab server``, ``fedxab client`` and ``fedxab broker``: the parties of a federated job
+in separate processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from fedxab.cli.common import (
+    errors_as_exit_code,
+    interruptible,
+    load_job,
+    make_console,
+    run_service,
+)
+from fedxab.cli.observe import job_observers, progress_display, run_callbacks
+from fedxab.cli.options import (
+    BROKER_HELP,
+    DASHBOARD_PORT,
+    BudgetOption,
+    DashboardOption,
+    DashboardPortOption,
+    KeysDirOption,
+    MetricsHostOption,
+    MetricsPortOption,
+    NamespaceOption,
+    ProgressOption,
+    RepeatsOption,
+    SeedOption,
+    ServeAfterOption,
+)
+from fedxab.cli.render import (
+    clients_table,
+    communication_table,
+    ledger_line,
+    print_choice,
+    print_ledger,
+    run_ids,
+    summary_table,
+)
+from fedxab.errors import FedxabError
+from fedxab.monitoring.progress import ProgressMode
+
+
+def parse_client_ids(text: str, n_clients: int) -> list[int]:
+    """``"3"``, ``"0-9"`` or ``"0-4,7,9-11"`` -> sorted client ids, each in 0..n_clients-1."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise FedxabError(
+                f"--client-id: expected N, A-B or a comma-separated list of them, got {text!r}"
+            ) from None
+        if not 0 <= first <= last < n_clients:
+            raise FedxabError(
+                f"--client-id: {part.strip()!r} is not within 0..{n_clients - 1} "
+                f"(federation.clients = {n_clients})"
+            )
+        ids.update(range(first, last + 1))
+    return sorted(ids)
+
+
+def shared_broker(cfg, role: str):
+    """The Kafka broker a separate server or client process needs (memory:// and inprocess://
+    live inside one process: `fedxab run` uses them)."""
+    from fedxab.broker.factory import make_broker
+
+    if not cfg.broker.url.startswith("kafka://"):
+        raise FedxabError(
+            f"--broker: a {role} process needs a broker other processes reach, "
+            f"kafka://HOST:PORT, got {cfg.broker.url!r} (run every agent in one process "
+            "with `fedxab run`)"
+        )
+    return make_broker(cfg.broker.url, cfg.broker)
+
+
+def server(
+    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
+    broker: Annotated[str | None, typer.Option(help=BROKER_HELP, show_default=False)] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory of the per-phase checkpoints; a restarted server resumes from them.",
+            show_default=False,
+        ),
+    ] = None,
+    seed: SeedOption = None,
+    repeats: RepeatsOption = None,
+    budget: BudgetOption = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Override run.output.", show_default=False),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    progress_mode: ProgressOption = ProgressMode.auto,
+    keys_dir: KeysDirOption = None,
+    namespace: NamespaceOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    serve_after: ServeAfterOption = None,
+    dashboard: DashboardOption = False,
+    dashboard_port: DashboardPortOption = DASHBOARD_PORT,
+) -> None:
+    """Run the server of a federated job on a broker (clients run `fedxab client`)."""
+    from fedxab.agents.distributed import serve
+    from fedxab.results import write_results
+
+    console = make_console()
+    with errors_as_exit_code():
+        cfg = load_job(config, seed, repeats, budget, output, broker, keys_dir, namespace)
+        if cfg.broker is None:
+            raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        transport = shared_broker(cfg, "server")
+        console.print(
+            f"[bold]fedxab server[/bold]: {escape(cfg.algorithm.name)}, "
+            f"{cfg.federation.clients:,} clients, on {escape(cfg.broker.url)}; "
+            f"{run_ids(cfg)}",
+            soft_wrap=True,
+        )
+        print_choice(console, cfg)
+        progress = progress_display(console, quiet, progress_mode)
+        on_run_start, on_progress = run_callbacks(progress, cfg.run.budget, "rounds")
+
+        page = (cfg.to_dict(), dashboard_port) if dashboard else None
+        with job_observers(
+            console, "server", metrics_port, metrics_host, serve_after, page
+        ) as metrics:
+
+            async def service():
+                async with transport:
+                    return await serve(
+                        cfg,
+                        transport,
+                        checkpoint_dir=checkpoint,
+                        progress=on_progress,
+                        on_run_start=on_run_start,
+                        metrics=metrics,
+                    )
+
+            with progress:
+                results = run_service(service)
+            path = write_results(results, cfg.output_dir)
+            if not quiet:
+                console.print(summary_table(results))
+                for table in (clients_table(results), communication_table(results)):
+                    if table is not None:
+                        console.print(table)
+            console.print(run_ids(cfg), soft_wrap=True, markup=False)
+            console.print(f"results: {path}", soft_wrap=True, markup=False)
+            print_ledger(console, results, cfg)
+
+
+def client(
+    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
+    client_id: Annotated[
+        str,
+        typer.Option(
+            "--client-id", help="Clients this process hosts: N, A-B, or a list such as 0-4,7."
+        ),
+    ],
+    broker: Annotated[str | None, typer.Option(help=BROKER_HELP, show_default=False)] = None,
+    seed: SeedOption = None,
+    repeats: RepeatsOption = None,
+    budget: BudgetOption = None,
+    keys_dir: KeysDirOption = None,
+    namespace: NamespaceOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    serve_after: ServeAfterOption = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard",
+            help="Serve this site's own live dashboard at http://127.0.0.1:PORT/ "
+            "(--dashboard-port): its clients' trials as they happen, their best so far and "
+            "the server's recommendation.",
+        ),
+    ] = False,
+    dashboard_port: DashboardPortOption = DASHBOARD_PORT,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            help="This process's own objective, package.module:function (importable here); "
+            "overrides objective.function, so each client process may bring its own.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write these clients' own results here: results.json (what each observed, "
+            "its epsilon) and each client's trials as CSV. Under local DP only they have them.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Host clients of a federated job on a broker until the server's final answer (with
+    --metrics-port, their own metrics: their regret and epsilon only; with --dashboard, their
+    own live dashboard: their trials as they happen; with --output, their own results)."""
+    from fedxab.agents.distributed import host_clients
+
+    with errors_as_exit_code():
+        cfg = load_job(config, seed, repeats, budget, None, broker, keys_dir, namespace)
+        if cfg.broker is None or cfg.federation is None:
+            raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        if objective is not None:
+            cfg = cfg.with_objective_function(objective)
+        ids = parse_client_ids(client_id, cfg.federation.clients)
+        transport = shared_broker(cfg, "client")
+        console = make_console()
+        console.print(
+            f"[bold]fedxab client[/bold]: clients {escape(client_id)} of "
+            f"{escape(cfg.algorithm.name)} on {escape(cfg.broker.url)}; {run_ids(cfg)}",
+            soft_wrap=True,
+        )
+        if cfg.privacy is not None:
+            from fedxab.privacy.run_ledger import ledger_location
+
+            where = ledger_location(cfg.privacy, cfg.output_dir)
+            console.print(ledger_line(where), soft_wrap=True, markup=False)
+
+        page = (cfg.to_dict(), dashboard_port) if dashboard else None
+        with job_observers(
+            console, "client", metrics_port, metrics_host, serve_after, page
+        ) as metrics:
+
+            async def service():
+                async with transport:
+                    return await host_clients(cfg, transport, ids, metrics=metrics)
+
+            results = run_service(service)
+            console.print(
+                f"clients {client_id}: {len(results.runs)} run(s) finished on {cfg.broker.url}",
+                soft_wrap=True,
+                markup=False,
+            )
+            table = clients_table(results, always=True)
+            if table is not None:
+                console.print(table)
+            if output is not None:
+                from fedxab.results import write_results
+
+                path = write_results(results, output)
+                console.print(f"results: {path}", soft_wrap=True, markup=False)
+
+
+def dev_broker(
+    port: Annotated[
+        int | None,
+        typer.Option(help="Loopback port to listen on (default: a free one).", show_default=False),
+    ] = None,
+) -> None:
+    """Start a local Kafka-compatible dev broker (in-memory) on 127.0.0.1 until Ctrl-C."""
+    from fedxab.broker.devbroker import DevBroker
+
+    with errors_as_exit_code(), DevBroker(port) as dev:
+        make_console().print(
+            f"dev broker listening on {dev.address} (in-memory; Ctrl-C stops it)\n"
+            f"use: --broker {dev.url}",
+            soft_wrap=True,
+            markup=False,
+        )
+        interruptible(dev.watch)
