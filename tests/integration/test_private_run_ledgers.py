@@ -10,11 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from test_private_runs import CLIENTS, PRIVACY_DELTA, SEED, _epsilon_after
 
+from fedxab.agents.federation import Federation
+from fedxab.config import config_from_dict
 from fedxab.privacy.ledger import PrivacyLedger
 
 JOB = (
@@ -97,3 +100,65 @@ def test_two_runs_started_together_on_one_lifetime_ledger_stop_within_it(tmp_pat
             releases = sum(len(ledger.events(run, m)) for run, m in ledger.owner_runs(owner))
             assert releases == 4, owner
             assert ledger.lifetime_spent(owner) <= lifetime
+
+
+SMALL_JOB = (
+    "[run]\nbudget = 600\n[objective]\nname = 'garland'\n"
+    "[algorithm]\nname = 'dpfedpne'\nepsilon = 0.5\nprivacy_delta = 0.001\n"
+    "composition = 'sequential'\n"
+    "[federation]\nclients = 2\nheterogeneity = 'offset'\n"
+)
+"""A private run small enough that a pair of them takes a few seconds (mostly imports)."""
+
+
+def _owner_releases(path: Path) -> dict[str, tuple[int, float]]:
+    """Each data owner's releases over every run on the ledger at ``path``, and its lifetime
+    epsilon."""
+    with PrivacyLedger(path) as ledger:
+        return {
+            owner: (
+                sum(len(ledger.events(run, m)) for run, m in ledger.owner_runs(owner)),
+                ledger.lifetime_spent(owner),
+            )
+            for owner in ledger.owners()
+        }
+
+
+@pytest.mark.slow  # 40 private runs (about 135 CPU-seconds): about 70 s on 2 quiet cores
+def test_twenty_pairs_of_runs_started_together_never_overspend_a_lifetime_budget(tmp_path):
+    """Issue 36: 20 trials, each two ``fedxab run`` processes started together on one new
+    ledger whose lifetime budget fits k = 2 releases per data owner, where one run alone
+    releases 3 times and the pair would release 6: every trial stops each owner at exactly k
+    releases, at the epsilon of k releases, within the budget."""
+    k, trials = 2, 20
+    alone = Federation(config_from_dict(tomllib.loads(SMALL_JOB + "[privacy]\n")), SEED).run()
+    assert set(alone.privacy["releases"]) == {k + 1}, "one run alone must want more than k"
+    lifetime = (_epsilon_after(k) + _epsilon_after(k + 1)) / 2
+    outcomes = []
+    for trial in range(trials):
+        directory = tmp_path / f"trial-{trial}"
+        directory.mkdir()
+        shared = directory / "shared.db"
+        config = directory / "job.toml"
+        config.write_text(
+            SMALL_JOB + f"[privacy]\nledger = '{shared}'\nlifetime_epsilon = {lifetime!r}\n"
+        )
+        pair = [
+            _fedxab(
+                "run", str(config), "--seed", str(seed), "-o", f"out-{seed}", "-q", cwd=directory
+            )
+            for seed in (SEED, SEED + 1)
+        ]
+        for process in pair:
+            _done(process)
+        outcomes.append(_owner_releases(shared))
+    spent = _epsilon_after(k)
+    wrong = {
+        trial: owners
+        for trial, owners in enumerate(outcomes)
+        if len(owners) != 2
+        or any(
+            n != k or eps > lifetime or eps != pytest.approx(spent) for n, eps in owners.values()
+        )
+    }
+    assert not wrong, f"{len(wrong)} of {trials} trials did not stop at {k} releases: {wrong}"
