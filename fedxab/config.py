@@ -78,6 +78,7 @@ from fedxab.broker.base import (
     check_fetch_max_wait_ms,
     check_max_message_bytes,
 )
+from fedxab.broker.topics import TopicSettings, topic_config_table
 from fedxab.domain import as_domain
 from fedxab.errors import ConfigError
 from fedxab.objectives.noise import make_noise
@@ -768,7 +769,11 @@ class BrokerConfig(Section):
     ``url`` is ``"memory://"`` (the embedded broker, one process), ``"inprocess://"`` (no broker:
     the direct runner) or ``"kafka://HOST:PORT[,HOST:PORT...]"``; ``--broker`` overrides it.
     TLS and SASL settings are passed to the Kafka client; the SASL password is never part of a
-    config file: it is read from the environment variable ``FEDXAB_KAFKA_SASL_PASSWORD``.
+    config file: it is read from the environment variable ``FEDXAB_KAFKA_SASL_PASSWORD``. With
+    ``sasl_mechanism = "OAUTHBEARER"`` there is no password: ``sasl_oauth_token_provider`` names
+    the user's function that returns a token. The topic settings (``partitions``,
+    ``replication_factor``, ``retention_ms``, ``topic_config``, ``create_topics``) say how the
+    topics are created, and by whom (:mod:`fedxab.broker.topics`).
     """
 
     SECTION: ClassVar[str] = "broker"
@@ -804,8 +809,51 @@ class BrokerConfig(Section):
     membership: partitions shared among live members, rebalanced as they come and go), which
     costs seconds at every start (3 s on Apache Kafka by default). By default it is assigned the
     topic's partitions itself and uses the group only for its committed offsets."""
+    sasl_oauth_token_provider: str | None = None
+    """Kafka only, with ``sasl_mechanism = "OAUTHBEARER"``: ``"package.module:function"``, a
+    function of no arguments that returns an OAuth token (Amazon MSK IAM, Confluent Cloud),
+    imported by each party and called whenever a connection authenticates."""
+    partitions: int = 1
+    """Kafka only: partitions of the report, control, ledger and lobby topics fedxab creates
+    (a broadcast topic always has one)."""
+    replication_factor: int = 1
+    """Kafka only: the replication factor of the topics fedxab creates; 3 on a production
+    cluster (Confluent Cloud takes no other)."""
+    retention_ms: int | None = None
+    """Kafka only: ``retention.ms`` of the topics fedxab creates; unset: the cluster's default;
+    -1: kept forever (the ledger topic is a run's privacy record)."""
+    topic_config: tuple = ()
+    """Kafka only: other settings of the topics fedxab creates, a TOML table such as
+    ``{ "min.insync.replicas" = 2 }`` (kept as sorted ``(name, value)`` strings)."""
+    create_topics: bool = True
+    """Kafka only: whether each party creates its run's missing topics. ``false`` where only
+    operators create topics (``fedxab topics create``): a missing topic then stops a party at
+    once, naming the topic and that command."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_config", topic_config_table(self.topic_config))
+        super().__post_init__()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["topic_config"] = dict(self.topic_config)
+        if not self.topic_config:
+            del data["topic_config"]
+        return data
+
+    @property
+    def topic_settings(self) -> TopicSettings:
+        """How the topics of a run on Kafka are created, and by whom."""
+        return TopicSettings(
+            partitions=self.partitions,
+            replication_factor=self.replication_factor,
+            retention_ms=self.retention_ms,
+            config=self.topic_config,
+            create=self.create_topics,
+        )
 
     def _check(self) -> None:
+        self.topic_settings  # noqa: B018 (its checks name the field)
         check_max_message_bytes(self.max_message_bytes)
         check_fetch_max_wait_ms(self.fetch_max_wait_ms)
         if not _NAMESPACE.fullmatch(self.namespace):
@@ -836,11 +884,31 @@ class BrokerConfig(Section):
                 f"{self.security_protocol} needs one of {', '.join(SASL_MECHANISMS)}, "
                 f"got {self.sasl_mechanism!r}",
             )
-        if not sasl and (self.sasl_mechanism or self.sasl_username):
+        if not sasl and (
+            self.sasl_mechanism or self.sasl_username or self.sasl_oauth_token_provider
+        ):
             raise ConfigError(
                 "broker.sasl_mechanism",
                 f"SASL settings need security_protocol SASL_PLAINTEXT or SASL_SSL, "
                 f"got {self.security_protocol}",
+            )
+        oauth = self.sasl_mechanism == "OAUTHBEARER"
+        if oauth and not self.sasl_oauth_token_provider:
+            raise ConfigError(
+                "broker.sasl_oauth_token_provider",
+                "OAUTHBEARER needs the token function, e.g. "
+                'sasl_oauth_token_provider = "mysite.auth:kafka_token"',
+            )
+        if oauth and self.sasl_username:
+            raise ConfigError("broker.sasl_username", "is not used with OAUTHBEARER (a token is)")
+        if oauth:
+            from fedxab.objectives.user import check_function_spec
+
+            check_function_spec(self.sasl_oauth_token_provider, "broker.sasl_oauth_token_provider")
+        if self.sasl_oauth_token_provider and not oauth:
+            raise ConfigError(
+                "broker.sasl_oauth_token_provider",
+                f'is only used with sasl_mechanism = "OAUTHBEARER", got {self.sasl_mechanism!r}',
             )
 
 

@@ -59,7 +59,7 @@ __all__ = [
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """Kafka security protocols fedxab passes to the client (config and KafkaBroker check both)."""
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 """SASL mechanisms fedxab passes to the Kafka client."""
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 """Kafka's default largest record (``message.max.bytes``, ``max_request_size``): 1 MiB."""
@@ -127,19 +127,24 @@ TOPIC_KINDS = ("broadcast", "report", "control", "ledger")
 leave, heartbeat, telemetry, abort; ledger: privacy events."""
 
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
-def _check_name_part(field: str, value: str) -> None:
-    if not isinstance(value, str) or not _NAME_PART.fullmatch(value):
+def _check_name_part(field: str, value: str, pattern: re.Pattern[str] = _NAME_PART) -> None:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        dots = "'.', " if pattern is _NAMESPACE else ""
         raise ConfigError(
             field,
-            f"must be 1 to 100 letters, digits, '_' or '-' (it names Kafka topics), got {value!r}",
+            f"must be 1 to 100 letters, digits, {dots}'_' or '-' (it names Kafka topics), "
+            f"got {value!r}",
         )
 
 
 def topic_name(namespace: str, run_id: str, kind: str) -> str:
-    """``{namespace}.{run_id}.{kind}``; each part letters, digits, ``_`` or ``-`` (Kafka-legal)."""
-    _check_name_part("broker.namespace", namespace)
+    """``{namespace}.{run_id}.{kind}``: letters, digits, ``_`` and ``-`` (Kafka-legal), and
+    dots in the namespace, so that one prefixed ACL can cover many namespaces
+    (:mod:`fedxab.broker.topics`)."""
+    _check_name_part("broker.namespace", namespace, _NAMESPACE)
     _check_name_part("run_id", run_id)
     if kind not in TOPIC_KINDS:
         raise ConfigError("topic kind", f"must be one of {', '.join(TOPIC_KINDS)}, got {kind!r}")
@@ -149,7 +154,7 @@ def topic_name(namespace: str, run_id: str, kind: str) -> str:
 def lobby_topic(namespace: str) -> str:
     """``{namespace}.lobby``: where the parties of a namespace's runs check, before they meet on
     their run's topics, that they share the run protocol (:mod:`fedxab.agents.lobby`)."""
-    _check_name_part("broker.namespace", namespace)
+    _check_name_part("broker.namespace", namespace, _NAMESPACE)
     return f"{namespace}.lobby"
 
 

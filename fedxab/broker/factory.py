@@ -126,7 +126,12 @@ def faults_from_env(broker: Broker, environ: Mapping[str, str] | None = None) ->
 def kafka_security(settings: BrokerConfig) -> dict[str, Any]:
     """The ``security`` mapping of :class:`~fedxab.broker.kafka.KafkaBroker` for ``settings``."""
     security: dict[str, Any] = {"security_protocol": settings.security_protocol}
-    if settings.security_protocol.startswith("SASL"):
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        security.update(
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=settings.sasl_oauth_token_provider,
+        )
+    elif settings.security_protocol.startswith("SASL"):
         password = os.environ.get(SASL_PASSWORD_ENV)
         if not password:
             raise ConfigError(
@@ -170,6 +175,7 @@ def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
         return KafkaBroker(
             servers,
             security=kafka_security(settings),
+            topics=settings.topic_settings,
             max_message_bytes=settings.max_message_bytes,
             unreachable_s=settings.unreachable_s,
             fetch_max_wait_ms=settings.fetch_max_wait_ms,

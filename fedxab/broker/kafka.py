@@ -4,9 +4,12 @@
 
 - one shared producer publishes every record, with ``acks="all"``; idempotence and transactions
   are off (at-least-once plus dedupe is the design, and the dev broker does not support them);
-- topics are created with ``partitions`` partitions (broadcast topics: one) and replication
-  factor 1, before the first publish or subscription that names them (as the in-memory broker
-  does), so that a broker's auto-creation defaults never decide the partition count;
+- topics are created with the broker's :class:`~fedxab.broker.topics.TopicSettings`
+  (``[broker]`` partitions, replication factor, retention, other topic settings) through the
+  admin API, before the first publish or subscription that names them (as the in-memory broker
+  does), so that a broker's auto-creation defaults never decide them; with ``create_topics =
+  false`` a party only checks that they exist (:class:`~fedxab.broker.topics.MissingTopicError`
+  otherwise) and ``fedxab topics create`` makes them (:mod:`fedxab.broker.topics`);
 - a subscription reads every partition of the topic. With a group it starts at the group's
   committed offset (at the beginning if the group never committed) and commits to it by hand,
   without joining it unless ``join_groups`` (see Group timing); without a group it starts at the
@@ -59,7 +62,10 @@ cannot help.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -67,7 +73,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     CommitFailedError,
     ConsumerStoppedError,
@@ -77,6 +85,7 @@ from aiokafka.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.helpers import create_ssl_context
@@ -94,18 +103,22 @@ from fedxab.broker.base import (
     check_max_message_bytes,
     refuse_oversize_publish,
 )
+from fedxab.broker.topics import TopicSettings, TopicState
 from fedxab.errors import ConfigError, ProtocolError
 
-__all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options"]
+__all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options", "token_provider"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 _SASL_KEYS = ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+_PASSWORD_KEYS = _SASL_KEYS[1:]
+_TOKEN_KEY = "sasl_oauth_token_provider"
 _SSL_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
-SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, *_SSL_KEYS)
+SECURITY_KEYS = ("security_protocol", *_SASL_KEYS, _TOKEN_KEY, *_SSL_KEYS)
 """The settings ``security`` accepts."""
+_TOKEN_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def _being_cancelled() -> bool:
@@ -162,15 +175,72 @@ def _field(key: str) -> str:
     return f"broker.security.{key}"
 
 
+class _TokenFunction(AbstractTokenProvider):
+    """A user's function as aiokafka's OAUTHBEARER token provider: called (in a worker thread,
+    as it may ask an identity service) each time the client authenticates a connection; it
+    returns the token (a coroutine function is awaited instead)."""
+
+    def __init__(self, function: Callable[[], Any], name: str) -> None:
+        self._function = function
+        self._name = name
+
+    async def token(self) -> str:
+        if inspect.iscoroutinefunction(self._function):
+            value = await self._function()
+        else:
+            value = await asyncio.to_thread(self._function)
+        if not isinstance(value, str) or not value:
+            raise BrokerError(
+                f"the OAUTHBEARER token provider {self._name} returned {type(value).__name__}, "
+                "not a non-empty token string"
+            )
+        return value
+
+
+def token_provider(provider: object) -> AbstractTokenProvider:
+    """aiokafka's token provider for ``provider``: an
+    :class:`~aiokafka.abc.AbstractTokenProvider` as it is, a function of no arguments that
+    returns the token, or such a function named ``"package.module:function"`` (imported here).
+    Anything else is a :class:`~fedxab.errors.ConfigError` naming the setting."""
+    field = _field(_TOKEN_KEY)
+    if isinstance(provider, AbstractTokenProvider):
+        return provider
+    name = repr(provider)
+    if isinstance(provider, str):
+        if not _TOKEN_SPEC.fullmatch(provider):
+            raise ConfigError(
+                field, f"expected 'package.module:function' (a token function), got {provider!r}"
+            )
+        module_name, _, attribute = provider.partition(":")
+        try:
+            found: Any = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                found = getattr(found, part)
+        except ImportError as exc:
+            raise ConfigError(field, f"cannot import {module_name!r}: {exc}") from exc
+        except AttributeError:
+            raise ConfigError(field, f"{module_name!r} has no {attribute!r}") from None
+        provider = found
+    if not callable(provider):
+        raise ConfigError(
+            field,
+            f"must be a token function (no arguments, returns the token) or an aiokafka "
+            f"AbstractTokenProvider, got {name}",
+        )
+    return _TokenFunction(provider, name)
+
+
 def security_options(security: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check TLS/SASL settings and turn them into keyword arguments of aiokafka's clients.
 
-    Keys (all optional, all strings): ``security_protocol`` (one of :data:`SECURITY_PROTOCOLS`,
-    default ``PLAINTEXT``); for ``SASL_*`` protocols ``sasl_mechanism`` (one of
-    :data:`SASL_MECHANISMS`), ``sasl_plain_username`` and ``sasl_plain_password``, all required;
-    for ``SSL`` and ``SASL_SSL`` ``ssl_cafile`` (CA bundle; the system CAs if absent),
-    ``ssl_certfile`` and ``ssl_keyfile`` (client certificate, for mutual TLS). A bad setting
-    raises :class:`~fedxab.errors.ConfigError` naming it and what is allowed.
+    Keys (all optional, all strings but the token provider): ``security_protocol`` (one of
+    :data:`SECURITY_PROTOCOLS`, default ``PLAINTEXT``); for ``SASL_*`` protocols
+    ``sasl_mechanism`` (one of :data:`SASL_MECHANISMS`) and, for ``PLAIN`` and ``SCRAM-*``,
+    ``sasl_plain_username`` and ``sasl_plain_password``, or, for ``OAUTHBEARER``,
+    ``sasl_oauth_token_provider`` (:func:`token_provider`); for ``SSL`` and ``SASL_SSL``
+    ``ssl_cafile`` (CA bundle; the system CAs if absent), ``ssl_certfile`` and ``ssl_keyfile``
+    (client certificate, for mutual TLS). A bad setting raises
+    :class:`~fedxab.errors.ConfigError` naming it and what is allowed.
     """
     settings = dict(security or {})
     for key, value in settings.items():
@@ -178,7 +248,7 @@ def security_options(security: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ConfigError(
                 _field(str(key)), f"unknown setting; allowed: {', '.join(SECURITY_KEYS)}"
             )
-        if not isinstance(value, str) or not value:
+        if key != _TOKEN_KEY and (not isinstance(value, str) or not value):
             raise ConfigError(_field(key), f"must be a non-empty string, got {value!r}")
     protocol = settings.get("security_protocol", "PLAINTEXT")
     if protocol not in SECURITY_PROTOCOLS:
@@ -189,22 +259,38 @@ def security_options(security: Mapping[str, Any] | None) -> dict[str, Any]:
     options: dict[str, Any] = {"security_protocol": protocol}
 
     uses_sasl = protocol.startswith("SASL_")
-    for key in _SASL_KEYS:
-        if uses_sasl and key not in settings:
-            raise ConfigError(_field(key), f"is required with security_protocol {protocol}")
+    for key in (*_SASL_KEYS, _TOKEN_KEY):
         if not uses_sasl and key in settings:
             raise ConfigError(
                 _field(key),
                 f"is only used with security_protocol SASL_PLAINTEXT or SASL_SSL, not {protocol}",
             )
     if uses_sasl:
+        if "sasl_mechanism" not in settings:
+            raise ConfigError(_field("sasl_mechanism"), f"is required with {protocol}")
         mechanism = settings["sasl_mechanism"]
         if mechanism not in SASL_MECHANISMS:
             raise ConfigError(
                 _field("sasl_mechanism"),
                 f"must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}",
             )
-        options.update({key: settings[key] for key in _SASL_KEYS})
+        oauth = mechanism == "OAUTHBEARER"
+        needed, unused = (
+            ((_TOKEN_KEY,), _PASSWORD_KEYS) if oauth else (_PASSWORD_KEYS, (_TOKEN_KEY,))
+        )
+        for key in needed:
+            if key not in settings:
+                raise ConfigError(
+                    _field(key), f"is required with security_protocol {protocol} and {mechanism}"
+                )
+        for key in unused:
+            if key in settings:
+                raise ConfigError(_field(key), f"is not used with sasl_mechanism {mechanism}")
+        options["sasl_mechanism"] = mechanism
+        if oauth:
+            options[_TOKEN_KEY] = token_provider(settings[_TOKEN_KEY])
+        else:
+            options.update({key: settings[key] for key in _PASSWORD_KEYS})
 
     uses_ssl = protocol in ("SSL", "SASL_SSL")
     files = {key: settings[key] for key in _SSL_KEYS if key in settings}
@@ -241,8 +327,8 @@ def _positive(field: str, value: float, *, integer: bool = False) -> None:
 class KafkaBroker(Broker):
     """A :class:`~fedxab.broker.base.Broker` on a Kafka cluster (see the module docstring).
 
-    ``bootstrap_servers`` is ``host:port[,host:port...]``. ``partitions`` is the partition count
-    of the topics this broker creates.
+    ``bootstrap_servers`` is ``host:port[,host:port...]``. ``topics`` says how the topics this
+    broker creates are made, and whether it creates them (:class:`TopicSettings`).
     """
 
     def __init__(
@@ -251,7 +337,7 @@ class KafkaBroker(Broker):
         *,
         client_id: str = "fedxab",
         security: Mapping[str, Any] | None = None,
-        partitions: int = 1,
+        topics: TopicSettings | None = None,
         unreachable_s: float = 60.0,
         reconnect_backoff: float = 0.5,
         reconnect_backoff_max: float = 8.0,
@@ -265,7 +351,6 @@ class KafkaBroker(Broker):
                 "broker.bootstrap_servers",
                 f"must be 'host:port' (comma-separated for several), got {bootstrap_servers!r}",
             )
-        _positive("broker.partitions", partitions, integer=True)
         _positive("broker.unreachable_s", unreachable_s)
         _positive("broker.reconnect_backoff", reconnect_backoff)
         _positive("broker.reconnect_backoff_max", reconnect_backoff_max)
@@ -273,7 +358,7 @@ class KafkaBroker(Broker):
         check_fetch_max_wait_ms(fetch_max_wait_ms)
         self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.bootstrap_servers = bootstrap_servers
-        self.partitions = partitions
+        self.topics = TopicSettings() if topics is None else topics
         self.session_timeout_ms = session_timeout_ms
         self.join_groups = join_groups
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -347,17 +432,20 @@ class KafkaBroker(Broker):
         if producer is not None:
             await _stop_quietly(producer, "the producer", _STOP_S)
 
+    def _admin(self) -> AIOKafkaAdminClient:
+        return AIOKafkaAdminClient(**self._client_options)
+
     async def _create_topics(self, names: list[str]) -> None:
-        admin = AIOKafkaAdminClient(**self._client_options)
+        admin = self._admin()
         try:
             await admin.start()
             response = await admin.create_topics(
                 [
                     NewTopic(
                         name,
-                        self._partitions_for(name),
-                        replication_factor=1,
-                        topic_configs={"max.message.bytes": str(self.max_message_bytes)},
+                        self.topics.partitions_for(name),
+                        replication_factor=self.topics.replication_factor,
+                        topic_configs=self.topics.configs(self.max_message_bytes),
                     )
                     for name in names
                 ]
@@ -370,23 +458,113 @@ class KafkaBroker(Broker):
                 detail = message[0] if message and message[0] else error.description
                 raise BrokerError(f"cannot create topic {topic!r}: {error.__name__}: {detail}")
 
-    def _partitions_for(self, name: str) -> int:
-        """``partitions``, except for broadcast topics: one partition, so that every client
-        reads the server's broadcasts in the order they were sent (and can tell which one is
-        the latest)."""
-        return 1 if name.endswith(".broadcast") else self.partitions
-
     async def create_topics(self, names: list[str]) -> None:
-        """Create the topics that do not exist yet (existing topics are left as they are)."""
+        """Create the topics that do not exist yet (existing topics are left as they are); with
+        ``create_topics = false`` only check that they exist, raising
+        :class:`~fedxab.broker.topics.MissingTopicError` naming the first one missing."""
         unique = list(dict.fromkeys(names))  # Kafka rejects a request naming a topic twice
+        if self.topics.create:
+            await self.make_topics(unique)
+            return
+        existing = set(await self._retry("list the topics", self._list_topics))
+        for name in unique:
+            if name not in existing:
+                raise self.topics.missing(name, self.bootstrap_servers)
+        await self._ready_producer()
+        for name in unique:
+            await self.partitions_of(name)
+        self._known_topics.update(unique)
+
+    async def make_topics(self, names: list[str]) -> None:
+        """Create the topics that do not exist yet, whatever ``create_topics`` says (the
+        operator's ``fedxab topics create``)."""
+        unique = list(dict.fromkeys(names))
         await self._ready_producer()
         await self._retry(f"create topics {unique}", lambda: self._create_topics(unique))
         for name in unique:  # the producer knows them before anything is published
             await self.partitions_of(name)
         self._known_topics.update(unique)
 
+    async def _list_topics(self) -> list[str]:
+        """Every topic of the cluster (a metadata request naming no topic: it creates none,
+        where naming a missing one may auto-create it)."""
+        admin = self._admin()
+        try:
+            await admin.start()
+            return await admin.list_topics()
+        finally:
+            await admin.close()
+
+    async def _describe(self, names: list[str]) -> list[TopicState]:
+        admin = self._admin()
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            present = [name for name in names if name in existing]
+            described = {t["topic"]: t for t in await admin.describe_topics(present)}
+            # every setting of each topic: the dev broker drops a request that names some
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name) for name in present]
+            )
+        finally:
+            await admin.close()
+        wanted = {*self.topics.configs(self.max_message_bytes), "retention.ms"}
+        configs: dict[str, dict[str, str]] = {}
+        for response in responses:
+            for code, _message, _kind, name, entries in (r[:5] for r in response.resources):
+                if code == 0:
+                    configs[name] = {e[0]: e[1] for e in entries if e[0] in wanted and e[1]}
+        states = []
+        for name in names:
+            topic = described.get(name)
+            if topic is None or topic["error_code"] != 0:
+                states.append(TopicState(name, exists=False))
+                continue
+            partitions = topic["partitions"]
+            states.append(
+                TopicState(
+                    name,
+                    exists=True,
+                    partitions=len(partitions),
+                    replication_factor=max((len(p["replicas"]) for p in partitions), default=0),
+                    configs=configs.get(name, {}),
+                )
+            )
+        return states
+
+    async def describe_topics(self, names: list[str]) -> list[TopicState]:
+        """What the cluster says of each of ``names``, creating none: whether it exists, its
+        partitions, replication factor and the settings fedxab sets."""
+        unique = list(dict.fromkeys(names))
+        return await self._retry(f"describe topics {unique}", lambda: self._describe(unique))
+
+    async def _delete(self, names: list[str]) -> list[str]:
+        admin = self._admin()
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            present = [name for name in names if name in existing]
+            if not present:
+                return []
+            response = await admin.delete_topics(present)
+        finally:
+            await admin.close()
+        for topic, code, *_ in response.topic_error_codes:
+            if code not in (0, UnknownTopicOrPartitionError.errno):
+                raise BrokerError(f"cannot delete topic {topic!r}: {for_code(code).__name__}")
+        gone = {topic for topic, code, *_ in response.topic_error_codes if code == 0}
+        return [name for name in present if name in gone]
+
+    async def delete_topics(self, names: list[str]) -> list[str]:
+        """Delete those of ``names`` that exist (their records are lost); the ones deleted."""
+        unique = list(dict.fromkeys(names))
+        deleted = await self._retry(f"delete topics {unique}", lambda: self._delete(unique))
+        self._known_topics.difference_update(deleted)
+        return deleted
+
     async def _ensure_topics(self, names: Iterable[str]) -> None:
-        """Create the topics this broker object has not created or seen yet."""
+        """Create (or, with ``create_topics = false``, check) the topics this broker object
+        has not created or seen yet."""
         missing = [name for name in names if name not in self._known_topics]
         if missing:
             await self.create_topics(missing)
@@ -648,7 +826,7 @@ class _KafkaSubscription(Subscription):
         if not partitions:  # a group member between assignments: ask about the topic's
             partitions = [
                 TopicPartition(self._topic, p)
-                for p in range(self._broker._partitions_for(self._topic))
+                for p in range(self._broker.topics.partitions_for(self._topic))
             ]
         try:
             async with asyncio.timeout(limit):

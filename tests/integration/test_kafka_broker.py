@@ -21,6 +21,7 @@ from fedxab.broker.base import Record, Subscription
 from fedxab.broker.devbroker import DevBroker, DevBrokerError, dev_broker_available, free_port
 from fedxab.broker.factory import make_broker
 from fedxab.broker.kafka import BrokerError, KafkaBroker
+from fedxab.broker.topics import TopicSettings
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError
 
@@ -136,7 +137,7 @@ async def test_partitions_setting_spreads_keys_and_no_group_reads_them_all(
     dev_broker: DevBroker,
 ) -> None:
     topic = unique("partitioned")
-    async with KafkaBroker(dev_broker.address, partitions=3) as kafka:
+    async with KafkaBroker(dev_broker.address, topics=TopicSettings(partitions=3)) as kafka:
         for i in range(12):
             await asyncio.wait_for(kafka.publish(topic, f"client-{i}", b"%d" % i), TIMEOUT)
         async with kafka.subscribe(topic, group=None) as subscription:
@@ -231,7 +232,7 @@ def test_bad_security_settings_name_the_field(
 
 def test_bad_constructor_arguments_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"broker\.partitions"):
-        KafkaBroker("127.0.0.1:9092", partitions=0)
+        KafkaBroker("127.0.0.1:9092", topics=TopicSettings(partitions=0))
     with pytest.raises(ConfigError, match=r"broker\.bootstrap_servers"):
         KafkaBroker(" ")
     for wait in (0, 10_001):
