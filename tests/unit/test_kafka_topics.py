@@ -1,7 +1,7 @@
 """Kafka as operators run it, without a broker: topic settings from ``[broker]``, topic names
 under the namespace, how an existing topic differs from the config, and the SASL OAUTHBEARER
 client configuration (a user's token function). The same against the dev broker:
-tests/integration/test_kafka_topics.py."""
+tests/integration/test_kafka_topics_on_broker.py."""
 
 from __future__ import annotations
 
