@@ -14,6 +14,7 @@ from fedxab.cli.common import errors_as_exit_code, make_console
 from fedxab.cli.observe import progress_display
 from fedxab.cli.options import ProgressOption
 from fedxab.monitoring.progress import ProgressMode, Status
+from fedxab.reproduce.plan import PilotTiming, Plan
 
 
 def _duration(seconds: float) -> str:
@@ -117,19 +118,13 @@ def _reproduce_command(
     workers: int | None = None,
 ) -> Path | None:
     """The body of `fedxab reproduce` (printing to ``console``); returns the figure's path."""
-    import time
-
     from fedxab.reproduce import (
         EXPERIMENTS,
         ReproduceError,
         load_plan_results,
         make_plan,
-        pilot,
         plot_plan,
-        run_plan,
     )
-    from fedxab.reproduce.plan import pilot_budget
-    from fedxab.reproduce.tables import write_manifest
 
     if list_only:
         for line in _reproduce_list_lines():
@@ -149,15 +144,21 @@ def _reproduce_command(
         validate=not plot_only,
         workers=workers,
     )
-    exp = plan.experiment
     if plot_only:
         results = load_plan_results(plan)
         path = plot_plan(plan, results)
-        if exp.private:
+        if plan.experiment.private:
             _print_privacy_utility(console, plan, results, quiet=quiet)
         console.print(f"figure: {path}", soft_wrap=True, markup=False)
         return path
+    _print_plan(console, plan)
+    timings, estimate = _pilot(console, plan, quiet=quiet, jobs=jobs)
+    return _run_plan(console, plan, timings, estimate, quiet, progress_mode, jobs)
 
+
+def _print_plan(console: Console, plan: Plan) -> None:
+    """The first line of a reproduction: its entries, seeds, clients and budget."""
+    exp = plan.experiment
     m = "m = " + ", ".join(str(pe.config.federation.clients) for pe in plan.entries)
     who = m if exp.fixed_clients else f"M = {plan.entries[0].config.federation.clients} clients"
     console.print(
@@ -172,6 +173,19 @@ def _reproduce_command(
         ),
         soft_wrap=True,
     )
+
+
+def _pilot(
+    console: Console, plan: Plan, *, quiet: bool, jobs: int
+) -> tuple[dict[str, PilotTiming], float]:
+    """Time the pilot runs (:func:`~fedxab.reproduce.plan.pilot`; a status line says which,
+    unless ``quiet``) and print the estimate made from them; return the timings and the
+    estimated wall time (:func:`~fedxab.reproduce.plan.estimated_time`)."""
+    import time
+
+    from fedxab.reproduce import pilot
+    from fedxab.reproduce.plan import estimated_time
+
     t_pilot = time.perf_counter()
     if quiet:
         timings = pilot(plan)
@@ -181,51 +195,74 @@ def _reproduce_command(
                 plan, lambda pe: status.update(f"timing a pilot run of {pe.entry.label} ...")
             )
     pilot_s = time.perf_counter() - t_pilot
-    per_run = {key: t.estimate_s for key, t in timings.items()}
-    # entries at once on `jobs` processes: at best the total shared out, at worst the longest
-    estimate = plan.seeds * max(sum(per_run.values()) / jobs, max(per_run.values()))
-    large = pilot_budget(plan.budget)
+    estimate = estimated_time(plan, timings, jobs)
     if not quiet:
-        if exp.pilot_clients is not None:
-            m = plan.entries[0].config.federation.clients
-            small, large = next(iter(timings.values())).clients or (m, m)
-            names = sorted({pe.config.algorithm.name for pe in plan.entries})
-            pilots = f"{small} and {large}" if small < large else f"{large}"
-            how = (
-                f"1 seed of each of {', '.join(names)} with {pilots} of the {m} clients at the "
-                f"full budget, {_duration(pilot_s)}, extrapolated to {m} clients, "
-                f"x {plan.seeds} seeds"
-            )
-        else:
-            how = (
-                f"1 seed of each algorithm at T = {max(1, large // 4):,} and {large:,}, "
-                f"{_duration(pilot_s)}, extrapolated to T = {plan.budget:,} with the measured "
-                f"growth, x {plan.seeds} seeds"
-            )
         console.print(
-            f"estimated time: about {_duration(estimate)} (from timed pilot runs: {how})",
+            f"estimated time: about {_duration(estimate)} (from timed pilot runs: "
+            f"{_pilot_method(plan, timings, pilot_s)})",
             soft_wrap=True,
         )
         console.print(
             "  per run: "
             + ", ".join(
-                f"{pe.entry.label} ~{_duration(per_run[pe.entry.key])}" for pe in plan.entries
+                f"{pe.entry.label} ~{_duration(timings[pe.entry.key].estimate_s)}"
+                for pe in plan.entries
             ),
             soft_wrap=True,
             markup=False,
         )
+    return timings, estimate
 
+
+def _pilot_method(plan: Plan, timings: dict[str, PilotTiming], pilot_s: float) -> str:
+    """How the estimate was made: which pilot runs, how long they took, how they scale."""
+    from fedxab.reproduce.plan import pilot_budget
+
+    large = pilot_budget(plan.budget)
+    if plan.experiment.pilot_clients is not None:
+        m = plan.entries[0].config.federation.clients
+        small, large = next(iter(timings.values())).clients or (m, m)
+        names = sorted({pe.config.algorithm.name for pe in plan.entries})
+        pilots = f"{small} and {large}" if small < large else f"{large}"
+        return (
+            f"1 seed of each of {', '.join(names)} with {pilots} of the {m} clients at the "
+            f"full budget, {_duration(pilot_s)}, extrapolated to {m} clients, "
+            f"x {plan.seeds} seeds"
+        )
+    return (
+        f"1 seed of each algorithm at T = {max(1, large // 4):,} and {large:,}, "
+        f"{_duration(pilot_s)}, extrapolated to T = {plan.budget:,} with the measured "
+        f"growth, x {plan.seeds} seeds"
+    )
+
+
+def _run_plan(
+    console: Console,
+    plan: Plan,
+    timings: dict[str, PilotTiming],
+    estimate: float,
+    quiet: bool,
+    progress_mode: ProgressMode,
+    jobs: int,
+) -> Path:
+    """Run the plan with a progress display weighted by the pilots' estimates
+    (:class:`~fedxab.reproduce.plan.PlanProgress`), draw the figure, write the manifest and
+    print the summary and where everything is; return the figure's path."""
+    import time
+
+    from fedxab.reproduce import plot_plan, run_plan
+    from fedxab.reproduce.plan import PlanProgress
+    from fedxab.reproduce.tables import write_manifest
+
+    exp = plan.experiment
     progress = progress_display(console, quiet, progress_mode)
-    weights = [max(per_run[pe.entry.key], 1e-6) for pe in plan.entries]
-    total = plan.seeds * sum(weights)
-    index = {pe.entry.key: i for i, pe in enumerate(plan.entries)}
-    task = progress.add_task(exp.name, total=total, count=f"0/{plan.runs} runs", status=Status())
+    share = PlanProgress(plan, timings)
+    task = progress.add_task(
+        exp.name, total=share.total, count=f"0/{plan.runs} runs", status=Status()
+    )
 
     def on_progress(pe, k: int, done: int, horizon: int, **details) -> None:
-        i = index[pe.entry.key]
-        before = plan.seeds * sum(weights[:i]) + k * weights[i]
-        completed = before + weights[i] * min(done, horizon) / horizon
-        finished = i * plan.seeds + k + (1 if done >= horizon else 0)
+        completed, finished = share.at(pe.entry.key, k, done, horizon)
         progress.update(
             task,
             completed=completed,
@@ -239,7 +276,7 @@ def _reproduce_command(
     t0 = time.perf_counter()
     with progress:
         results = run_plan(plan, on_progress, jobs=jobs)
-        progress.update(task, completed=total, description=exp.name)
+        progress.update(task, completed=share.total, description=exp.name)
     wall = time.perf_counter() - t0
     path = plot_plan(plan, results)
     write_manifest(plan, results, estimate_s=estimate, wall_time_s=wall, figure=path)
@@ -255,63 +292,74 @@ def _reproduce_command(
     return path
 
 
+_NameArgument = Annotated[
+    str | None,
+    typer.Argument(help="Experiment (figure) name; see --list.", show_default=False),
+]
+_ListOption = Annotated[
+    bool, typer.Option("--list", help="List the experiments with a description and exit.")
+]
+_SeedsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Runs per algorithm (seeds 0..N-1); default: the experiment's own (10, 5 for "
+        "dpftsde-landmine).",
+        show_default=False,
+    ),
+]
+_BudgetOption = Annotated[
+    int | None,
+    typer.Option(help="Override T, evaluations per client (per player).", show_default=False),
+]
+_ClientsOption = Annotated[
+    int | None, typer.Option(help="Override M, the number of clients.", show_default=False)
+]
+_OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Results directory (default: results/reproduce/NAME)."),
+]
+_FigureOption = Annotated[Path | None, typer.Option(help="Figure file (default: OUTPUT/NAME.png).")]
+_PlotOnlyOption = Annotated[
+    bool, typer.Option("--plot-only", help="Redraw the figure from OUTPUT's results.")
+]
+_QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No estimate, progress bar or table.")
+]
+_JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Run this many algorithms at once, each in its own process (same results; "
+        "the progress bar then moves when an algorithm is done).",
+    ),
+]
+_WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        "-w",
+        min=1,
+        help="Host each run's clients in this many processes ([run] workers; same "
+        "results). Uses jobs x workers cores.",
+    ),
+]
+
+
 def reproduce(
-    name: Annotated[
-        str | None,
-        typer.Argument(help="Experiment (figure) name; see --list.", show_default=False),
-    ] = None,
-    list_: Annotated[
-        bool, typer.Option("--list", help="List the experiments with a description and exit.")
-    ] = False,
-    seeds: Annotated[
-        int | None,
-        typer.Option(
-            help="Runs per algorithm (seeds 0..N-1); default: the experiment's own (10, 5 for "
-            "dpftsde-landmine).",
-            show_default=False,
-        ),
-    ] = None,
-    budget: Annotated[
-        int | None,
-        typer.Option(help="Override T, evaluations per client (per player).", show_default=False),
-    ] = None,
-    clients: Annotated[
-        int | None, typer.Option(help="Override M, the number of clients.", show_default=False)
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Results directory (default: results/reproduce/NAME)."),
-    ] = None,
-    figure: Annotated[
-        Path | None, typer.Option(help="Figure file (default: OUTPUT/NAME.png).")
-    ] = None,
-    plot_only: Annotated[
-        bool, typer.Option("--plot-only", help="Redraw the figure from OUTPUT's results.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No estimate, progress bar or table.")
-    ] = False,
+    name: _NameArgument = None,
+    list_: _ListOption = False,
+    seeds: _SeedsOption = None,
+    budget: _BudgetOption = None,
+    clients: _ClientsOption = None,
+    output: _OutputOption = None,
+    figure: _FigureOption = None,
+    plot_only: _PlotOnlyOption = False,
+    quiet: _QuietOption = False,
     progress_mode: ProgressOption = ProgressMode.auto,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            "-j",
-            min=1,
-            help="Run this many algorithms at once, each in its own process (same results; "
-            "the progress bar then moves when an algorithm is done).",
-        ),
-    ] = 1,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Host each run's clients in this many processes ([run] workers; same "
-            "results). Uses jobs x workers cores.",
-        ),
-    ] = None,
+    jobs: _JobsOption = 1,
+    workers: _WorkersOption = None,
 ) -> None:
     """Reproduce a figure of the federated papers: every algorithm over N seeds, results.json
     per algorithm and a PNG with mean ± 1 std bands (see fedxab.reproduce)."""

@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from fedxab.errors import ConfigError
-from fedxab.privacy.accountants import Accountant
+from fedxab.errors import ConfigError, FedxabError
+from fedxab.privacy.accountants import Accountant, fallback_note, make_accountant
 from fedxab.privacy.ledger import Budget, PrivacyLedger, canonical
 
-__all__ = ["client_history", "client_lifetime", "client_summaries", "owner_summaries"]
+__all__ = [
+    "Audit",
+    "AuditTable",
+    "audit_ledger",
+    "client_history",
+    "client_lifetime",
+    "client_summaries",
+    "owner_summaries",
+]
 
 OVER_BUDGET_TOLERANCE = 1e-12
 """Epsilon above a budget by no more than this (floating-point noise) is not over it."""
@@ -187,3 +197,114 @@ def client_lifetime(
                 | _spend(budget, {ledger.accountant.name: lifetime}, ledger.accountant.name)
             )
     return rows
+
+
+@dataclass(frozen=True)
+class AuditTable:
+    """One table of an audit: its title, the row keys it shows as columns (``epsilon NAME``:
+    the row's ``epsilons[NAME]``) and its rows."""
+
+    title: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What ``fedxab audit`` shows: its tables (``--json`` prints the first one's rows) and a
+    note for each accountant that fell back to another (:func:`fallback_note`)."""
+
+    tables: list[AuditTable]
+    notes: list[str]
+
+
+def audit_ledger(
+    path: Path,
+    *,
+    run: str | None = None,
+    client: int | None = None,
+    lifetime: bool = False,
+    delta: float | None = None,
+    accountants: Sequence[str] | None = None,
+) -> Audit:
+    """The audit of the ledger file at ``path``, after checking its ``totals`` view against its
+    events (:meth:`PrivacyLedger.verify_totals`; of ``run`` only, unless ``lifetime``).
+
+    Epsilon is by the first of ``accountants`` (checked against the budgets), the others shown
+    beside it; without them, by the accountant the ledger's runs recorded if they agree on one,
+    else rdp. The tables: with ``client`` and ``lifetime``, that client's lifetime run by run
+    (:func:`client_lifetime`); with ``client``, its event history in ``run`` (which may be left
+    out when the ledger holds one run; :func:`client_history`); else one row per run and client
+    (:func:`client_summaries`; not with ``lifetime``) and one per data owner
+    (:func:`owner_summaries`; with ``lifetime`` or when the ledger has data owners)."""
+    names = list(accountants or ["rdp"])
+    also = [make_accountant(name) for name in names[1:]]
+    with PrivacyLedger(path, accountant=names[0]) as ledger:
+        ledger.verify_totals(None if lifetime else run)  # derived data that was edited
+        recorded = ledger.accountants()
+        if accountants is None and len(recorded) == 1:  # the accountant the runs used
+            names = recorded
+            ledger.accountant = make_accountant(recorded[0])
+        label = f"{names[0]} accountant"
+        if client is not None:
+            tables = [_client_table(ledger, label, run, client, lifetime, delta)]
+        else:
+            tables = _summary_tables(
+                ledger, f"privacy ledger {path}", label, run, lifetime, delta, also
+            )
+        notes = [fallback_note(a) for a in (ledger.accountant, *also)]
+    return Audit(tables, [note for note in notes if note])
+
+
+def _client_table(
+    ledger: PrivacyLedger,
+    label: str,
+    run: str | None,
+    client: int,
+    lifetime: bool,
+    delta: float | None,
+) -> AuditTable:
+    """One client's lifetime (``lifetime``) or event history in ``run`` (see
+    :func:`audit_ledger`)."""
+    if lifetime:
+        rows = client_lifetime(ledger, client, delta)
+        columns = ["owner", "run", "releases", "delta", "epsilon_run", "epsilon",
+                   "budget_epsilon", "remaining", "over_budget"]  # fmt: skip
+        title = (
+            f"client {client}'s lifetime, run by run: epsilon of the run, then of the "
+            f"data owner after it ({label})"
+        )
+        return AuditTable(title, columns, rows)
+    runs = [run] if run is not None else ledger.runs()
+    if len(runs) != 1:
+        raise FedxabError(f"--client needs --run: the ledger holds runs {runs}")
+    rows = client_history(ledger, runs[0], client, delta)
+    columns = ["phase", "release", "recorded_at", "noise_multiplier",
+               "sampling_rate", "count", "epsilon_after", "over_budget"]  # fmt: skip
+    return AuditTable(f"run {runs[0]}, client {client} ({label})", columns, rows)
+
+
+def _summary_tables(
+    ledger: PrivacyLedger,
+    name: str,
+    label: str,
+    run: str | None,
+    lifetime: bool,
+    delta: float | None,
+    also: Sequence[Accountant],
+) -> list[AuditTable]:
+    """Per run and client (not with ``lifetime``), then per data owner (see
+    :func:`audit_ledger`)."""
+    spend = ["releases", "delta", "epsilon", *(f"epsilon {a.name}" for a in also),
+             "budget_epsilon", "remaining", "over_budget"]  # fmt: skip
+    tables = []
+    if not lifetime:
+        rows = client_summaries(ledger, run, delta, also)
+        tables.append(
+            AuditTable(f"{name}, per run ({label})", ["run", "client", "owner", *spend], rows)
+        )
+    owners = owner_summaries(ledger, delta, also) if lifetime or ledger.owners() else []
+    if lifetime or owners:
+        title = f"lifetime spend per data owner ({label})"
+        tables.append(AuditTable(title, ["owner", "runs", *spend], owners))
+    return tables

@@ -1,7 +1,8 @@
 """Planning a reproduction: an experiment with the command's overrides applied
 (:func:`make_plan`: one validated :class:`~fedxab.config.Config` per entry, ``--seeds``,
 ``--budget``, ``--clients``, ``--output``, ``--figure``), and the timed pilot runs that estimate
-its wall time before it starts (:func:`pilot`)."""
+its wall time before it starts (:func:`pilot`, :func:`estimated_time`) and measures its
+progress against it (:class:`PlanProgress`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ __all__ = [
     "DEFAULT_OUTPUT",
     "PilotTiming",
     "Plan",
+    "PlanProgress",
     "PlannedEntry",
+    "estimated_time",
     "make_plan",
     "pilot",
     "pilot_budget",
@@ -272,3 +275,35 @@ def _pilot_clients(plan: Plan, pe: PlannedEntry) -> PilotTiming:
     estimate = setup + run * m / large
     budgets = (plan.budget, plan.budget)
     return PilotTiming(pe.entry.key, budgets, setup, (run, run), 1.0, estimate, (large, large))
+
+
+def estimated_time(plan: Plan, timings: Mapping[str, PilotTiming], jobs: int = 1) -> float:
+    """The wall time of ``plan`` estimated from its pilots' timings (:func:`pilot`): every seed
+    of every entry, ``jobs`` entries at once (each in its own process): at best the total shared
+    out, at worst the longest entry."""
+    per_run = [timing.estimate_s for timing in timings.values()]
+    return plan.seeds * max(sum(per_run) / jobs, max(per_run))
+
+
+class PlanProgress:
+    """How far a reproduction has come, in estimated seconds: each run of an entry weighs the
+    entry's estimated run time (:attr:`PilotTiming.estimate_s`, at least 1 microsecond), the
+    entries and their seeds run in the plan's order, and a run counts the share of its horizon
+    done."""
+
+    def __init__(self, plan: Plan, timings: Mapping[str, PilotTiming]) -> None:
+        self.seeds = plan.seeds
+        self.weights = [max(timings[pe.entry.key].estimate_s, 1e-6) for pe in plan.entries]
+        self.index = {pe.entry.key: i for i, pe in enumerate(plan.entries)}
+        self.total = plan.seeds * sum(self.weights)
+        """The weight of the whole plan."""
+
+    def at(self, key: str, k: int, done: int, horizon: int) -> tuple[float, int]:
+        """``(completed, finished)`` when the run of seed index ``k`` of entry ``key`` has done
+        ``done`` of its ``horizon`` rounds: the weight completed (of :attr:`total`) and the
+        runs finished."""
+        i = self.index[key]
+        before = self.seeds * sum(self.weights[:i]) + k * self.weights[i]
+        completed = before + self.weights[i] * min(done, horizon) / horizon
+        finished = i * self.seeds + k + (1 if done >= horizon else 0)
+        return completed, finished

@@ -8,7 +8,8 @@ ever appears in a repr, a log line or a traceback. :mod:`fedxab.security.signing
 envelopes under either scheme (:class:`Signer`; Ed25519: a client signs as itself only and the
 server signs a broadcast once; HMAC: the server's messages carry one tag per client), sessions
 against replay, and the threat model of each. :mod:`fedxab.security.agents`: whether a run signs,
-its scheme, and which keys each party loads.
+its scheme, and which keys each party loads. :mod:`fedxab.security.provision`: the key files of
+either scheme, as ``fedxab keys generate`` writes them.
 """
 
 from fedxab.security.keypairs import PrivateKey, PublicKey, generate_keypairs
