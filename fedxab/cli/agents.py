@@ -4,9 +4,10 @@ in separate processes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
 from fedxab.cli.common import (
@@ -14,7 +15,7 @@ from fedxab.cli.common import (
     interruptible,
     load_job,
     make_console,
-    run_service,
+    run_with,
 )
 from fedxab.cli.observe import job_observers, progress_display, run_callbacks
 from fedxab.cli.options import (
@@ -32,15 +33,7 @@ from fedxab.cli.options import (
     SeedOption,
     ServeAfterOption,
 )
-from fedxab.cli.render import (
-    clients_table,
-    communication_table,
-    ledger_line,
-    print_choice,
-    print_ledger,
-    run_ids,
-    summary_table,
-)
+from fedxab.cli.render import clients_table, ledger_line, print_choice, print_results, run_ids
 from fedxab.errors import FedxabError
 from fedxab.monitoring.progress import ProgressMode
 
@@ -79,24 +72,70 @@ def shared_broker(cfg, role: str):
     return make_broker(cfg.broker.url, cfg.broker)
 
 
+_ConfigArgument = Annotated[
+    Path, typer.Argument(help="TOML run configuration.", show_default=False)
+]
+_BrokerOption = Annotated[str | None, typer.Option(help=BROKER_HELP, show_default=False)]
+_CheckpointOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Directory of the per-phase checkpoints; a restarted server resumes from them.",
+        show_default=False,
+    ),
+]
+_OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Override run.output.", show_default=False),
+]
+_QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+_ClientIdOption = Annotated[
+    str,
+    typer.Option(
+        "--client-id", help="Clients this process hosts: N, A-B, or a list such as 0-4,7."
+    ),
+]
+_SiteDashboardOption = Annotated[
+    bool,
+    typer.Option(
+        "--dashboard",
+        help="Serve this site's own live dashboard at http://127.0.0.1:PORT/ "
+        "(--dashboard-port): its clients' trials as they happen, their best so far and "
+        "the server's recommendation.",
+    ),
+]
+_ObjectiveOption = Annotated[
+    str | None,
+    typer.Option(
+        help="This process's own objective, package.module:function (importable here); "
+        "overrides objective.function, so each client process may bring its own.",
+        show_default=False,
+    ),
+]
+_ClientOutputOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write these clients' own results here: results.json (what each observed, "
+        "its epsilon) and each client's trials as CSV. Under local DP only they have them.",
+        show_default=False,
+    ),
+]
+_PortOption = Annotated[
+    int | None,
+    typer.Option(help="Loopback port to listen on (default: a free one).", show_default=False),
+]
+
+
 def server(
-    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
-    broker: Annotated[str | None, typer.Option(help=BROKER_HELP, show_default=False)] = None,
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(
-            help="Directory of the per-phase checkpoints; a restarted server resumes from them.",
-            show_default=False,
-        ),
-    ] = None,
+    config: _ConfigArgument,
+    broker: _BrokerOption = None,
+    checkpoint: _CheckpointOption = None,
     seed: SeedOption = None,
     repeats: RepeatsOption = None,
     budget: BudgetOption = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Override run.output.", show_default=False),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    output: _OutputOption = None,
+    quiet: _QuietOption = False,
     progress_mode: ProgressOption = ProgressMode.auto,
     keys_dir: KeysDirOption = None,
     namespace: NamespaceOption = None,
@@ -130,40 +169,20 @@ def server(
         with job_observers(
             console, "server", metrics_port, metrics_host, serve_after, page
         ) as metrics:
-
-            async def service():
-                async with transport:
-                    return await serve(
-                        cfg,
-                        transport,
-                        checkpoint_dir=checkpoint,
-                        progress=on_progress,
-                        on_run_start=on_run_start,
-                        metrics=metrics,
-                    )
-
+            options = {"progress": on_progress, "on_run_start": on_run_start, "metrics": metrics}
             with progress:
-                results = run_service(service)
+                results = run_with(
+                    transport,
+                    lambda: serve(cfg, transport, checkpoint_dir=checkpoint, **options),
+                )
             path = write_results(results, cfg.output_dir)
-            if not quiet:
-                console.print(summary_table(results))
-                for table in (clients_table(results), communication_table(results)):
-                    if table is not None:
-                        console.print(table)
-            console.print(run_ids(cfg), soft_wrap=True, markup=False)
-            console.print(f"results: {path}", soft_wrap=True, markup=False)
-            print_ledger(console, results, cfg)
+            print_results(console, results, cfg, path, quiet=quiet, server=True)
 
 
 def client(
-    config: Annotated[Path, typer.Argument(help="TOML run configuration.", show_default=False)],
-    client_id: Annotated[
-        str,
-        typer.Option(
-            "--client-id", help="Clients this process hosts: N, A-B, or a list such as 0-4,7."
-        ),
-    ],
-    broker: Annotated[str | None, typer.Option(help=BROKER_HELP, show_default=False)] = None,
+    config: _ConfigArgument,
+    client_id: _ClientIdOption,
+    broker: _BrokerOption = None,
     seed: SeedOption = None,
     repeats: RepeatsOption = None,
     budget: BudgetOption = None,
@@ -172,34 +191,10 @@ def client(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     serve_after: ServeAfterOption = None,
-    dashboard: Annotated[
-        bool,
-        typer.Option(
-            "--dashboard",
-            help="Serve this site's own live dashboard at http://127.0.0.1:PORT/ "
-            "(--dashboard-port): its clients' trials as they happen, their best so far and "
-            "the server's recommendation.",
-        ),
-    ] = False,
+    dashboard: _SiteDashboardOption = False,
     dashboard_port: DashboardPortOption = DASHBOARD_PORT,
-    objective: Annotated[
-        str | None,
-        typer.Option(
-            help="This process's own objective, package.module:function (importable here); "
-            "overrides objective.function, so each client process may bring its own.",
-            show_default=False,
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write these clients' own results here: results.json (what each observed, "
-            "its epsilon) and each client's trials as CSV. Under local DP only they have them.",
-            show_default=False,
-        ),
-    ] = None,
+    objective: _ObjectiveOption = None,
+    output: _ClientOutputOption = None,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer (with
     --metrics-port, their own metrics: their regret and epsilon only; with --dashboard, their
@@ -215,48 +210,53 @@ def client(
         ids = parse_client_ids(client_id, cfg.federation.clients)
         transport = shared_broker(cfg, "client")
         console = make_console()
-        console.print(
-            f"[bold]fedxab client[/bold]: clients {escape(client_id)} of "
-            f"{escape(cfg.algorithm.name)} on {escape(cfg.broker.url)}; {run_ids(cfg)}",
-            soft_wrap=True,
-        )
-        if cfg.privacy is not None:
-            from fedxab.privacy.run_ledger import ledger_location
-
-            where = ledger_location(cfg.privacy, cfg.output_dir)
-            console.print(ledger_line(where), soft_wrap=True, markup=False)
+        _print_clients(console, cfg, client_id)
 
         page = (cfg.to_dict(), dashboard_port) if dashboard else None
         with job_observers(
             console, "client", metrics_port, metrics_host, serve_after, page
         ) as metrics:
-
-            async def service():
-                async with transport:
-                    return await host_clients(cfg, transport, ids, metrics=metrics)
-
-            results = run_service(service)
-            console.print(
-                f"clients {client_id}: {len(results.runs)} run(s) finished on {cfg.broker.url}",
-                soft_wrap=True,
-                markup=False,
+            results = run_with(
+                transport, lambda: host_clients(cfg, transport, ids, metrics=metrics)
             )
-            table = clients_table(results, always=True)
-            if table is not None:
-                console.print(table)
-            if output is not None:
-                from fedxab.results import write_results
-
-                path = write_results(results, output)
-                console.print(f"results: {path}", soft_wrap=True, markup=False)
+            _print_clients_results(console, results, cfg, client_id, output)
 
 
-def dev_broker(
-    port: Annotated[
-        int | None,
-        typer.Option(help="Loopback port to listen on (default: a free one).", show_default=False),
-    ] = None,
+def _print_clients(console: Console, cfg: Any, client_id: str) -> None:
+    """The first line of `fedxab client`, and where a private run's ledger is kept."""
+    console.print(
+        f"[bold]fedxab client[/bold]: clients {escape(client_id)} of "
+        f"{escape(cfg.algorithm.name)} on {escape(cfg.broker.url)}; {run_ids(cfg)}",
+        soft_wrap=True,
+    )
+    if cfg.privacy is not None:
+        from fedxab.privacy.run_ledger import ledger_location
+
+        where = ledger_location(cfg.privacy, cfg.output_dir)
+        console.print(ledger_line(where), soft_wrap=True, markup=False)
+
+
+def _print_clients_results(
+    console: Console, results: Any, cfg: Any, client_id: str, output: Path | None
 ) -> None:
+    """What `fedxab client` prints at the end: its runs, what each of its clients observed,
+    and where their own results are (with --output, which writes them)."""
+    console.print(
+        f"clients {client_id}: {len(results.runs)} run(s) finished on {cfg.broker.url}",
+        soft_wrap=True,
+        markup=False,
+    )
+    table = clients_table(results, always=True)
+    if table is not None:
+        console.print(table)
+    if output is not None:
+        from fedxab.results import write_results
+
+        path = write_results(results, output)
+        console.print(f"results: {path}", soft_wrap=True, markup=False)
+
+
+def dev_broker(port: _PortOption = None) -> None:
     """Start a local Kafka-compatible dev broker (in-memory) on 127.0.0.1 until Ctrl-C."""
     from fedxab.broker.devbroker import DevBroker
 

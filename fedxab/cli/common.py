@@ -129,3 +129,14 @@ def run_service(coro_factory):
             "the service stopped: a task was cancelled from inside (see the traceback above); "
             "if the broker went away, restart it and the agents (a server with its checkpoint)"
         ) from None
+
+
+def run_with(transport, work):
+    """Run the coroutine ``work()`` with ``transport`` open (``async with``), until it ends or
+    SIGINT/SIGTERM cancels it cleanly (:func:`run_service`)."""
+
+    async def service():
+        async with transport:
+            return await work()
+
+    return run_service(service)

@@ -76,29 +76,33 @@ def summary_table(results) -> Table:
             f"{r.wall_time_s:.2f}",
         )
     if len(results.runs) > 1:
-        s = results.summary
-        table.add_section()
-        for stat in ("mean", "std"):
-            if federated:
-                second = fmt((s.get("local_cumulative_regret") or {}).get(stat), 3)
-            else:
-                second = fmt(s["average_regret"][stat], 5)
-            table.add_row(
-                stat,
-                "",
-                fmt(s["cumulative_regret"][stat], 3),
-                second,
-                fmt(s["simple_regret"][stat], 5),
-                "",
-                "",
-                style="bold" if stat == "mean" else None,
-            )
+        _add_mean_and_std(table, results.summary, federated)
     short = [_coverage_note(r) for r in results.runs if r.regret_coverage is not None]
     if short:
         table.caption = "incomplete regret: " + "; ".join(short)
         table.caption_justify = "left"
         table.caption_style = "bold yellow"
     return table
+
+
+def _add_mean_and_std(table: Table, s: Mapping[str, Any], federated: bool) -> None:
+    """The mean and std rows of the summary table, from ``RunResults.summary`` ``s``."""
+    table.add_section()
+    for stat in ("mean", "std"):
+        if federated:
+            second = fmt((s.get("local_cumulative_regret") or {}).get(stat), 3)
+        else:
+            second = fmt(s["average_regret"][stat], 5)
+        table.add_row(
+            stat,
+            "",
+            fmt(s["cumulative_regret"][stat], 3),
+            second,
+            fmt(s["simple_regret"][stat], 5),
+            "",
+            "",
+            style="bold" if stat == "mean" else None,
+        )
 
 
 _CLIENT_ROWS = 10
@@ -280,6 +284,23 @@ def print_ledger(console: Console, results, cfg=None) -> None:
         soft_wrap=True,
         markup=False,
     )
+
+
+def print_results(console: Console, results, cfg, path: Path, *, quiet: bool, server: bool) -> None:
+    """What a job prints at its end: the summary and the other tables (unless ``quiet``; a
+    ``server`` process shows no privacy table), the run ids, where the results are, and the
+    privacy ledger (:func:`print_ledger`; a server names its own ledger topic)."""
+    if not quiet:
+        console.print(summary_table(results))
+        tables = [clients_table(results), communication_table(results)]
+        if not server:
+            tables.append(privacy_table(results))
+        for table in tables:
+            if table is not None:
+                console.print(table)
+    console.print(run_ids(cfg), soft_wrap=True, markup=False)
+    console.print(f"results: {path}", soft_wrap=True, markup=False)
+    print_ledger(console, results, cfg if server else None)
 
 
 def ledger_line(where: str | None) -> str:

@@ -5,17 +5,21 @@ Each module is imported in a fresh interpreter, which then reports which of the 
 ended up in ``sys.modules``. numpy and scipy are checked the same way first (``BASELINE``): a
 module one of them imports by itself (none, with today's versions) is not held against fedxab, so
 the tests fail only when a *fedxab* module brings one in. (The algorithms import only the pure
-:mod:`fedxab.privacy.release`, never the SQLite ledger or its gate.)"""
+:mod:`fedxab.privacy.release`, never the SQLite ledger or its gate.) At the top, no module outside
+fedxab.cli imports it (read from the source, so that an import inside a function counts too)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import fedxab
 import fedxab.algorithms
 
 ALGORITHMS_MUST_NOT_LOAD = ("sqlite3", "asyncio", "aiokafka", "fedxab.broker", "fedxab.agents")
@@ -68,3 +72,31 @@ def test_an_algorithm_module_imports_no_io(module, algorithms_baseline):
 )
 def test_the_run_sessions_import_no_io(module, run_core_baseline):
     assert _loaded_after(module, RUN_CORE_MUST_NOT_LOAD) - run_core_baseline == set()
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` of ``tree`` names (functions' too)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_only_the_command_line_imports_the_command_line():
+    """fedxab.cli is the top floor: the library never reaches up into it, not even lazily (the
+    commands print, the library logs)."""
+    package = Path(fedxab.__file__).parent
+    upward = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if path.parent != package / "cli"
+        and any(
+            name == "fedxab.cli" or name.startswith("fedxab.cli.")
+            for name in _imported_modules(ast.parse(path.read_text()))
+        )
+    ]
+    assert upward == []
