@@ -28,17 +28,21 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedxab.broker.base import TOPIC_KINDS, Broker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError
 
+if TYPE_CHECKING:
+    from fedxab.broker.kafka import KafkaBroker
+
 __all__ = [
     "FAULTS_ENV",
     "SASL_PASSWORD_ENV",
     "faults_from_env",
+    "kafka_broker",
     "kafka_security",
     "make_broker",
     "parse_faults",
@@ -163,24 +167,35 @@ def _make_broker(url: str, settings: BrokerConfig) -> Broker | None:
     if url == "inprocess://":
         return None
     if url.startswith("kafka://"):
-        servers = url.removeprefix("kafka://").strip("/")
-        for server in servers.split(","):
-            host, _, port = server.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(
-                    "broker.url", f"expected kafka://HOST:PORT[,HOST:PORT...], got {url!r}"
-                )
-        from fedxab.broker.kafka import KafkaBroker
-
-        return KafkaBroker(
-            servers,
-            security=kafka_security(settings),
-            topics=settings.topic_settings,
-            max_message_bytes=settings.max_message_bytes,
-            unreachable_s=settings.unreachable_s,
-            fetch_max_wait_ms=settings.fetch_max_wait_ms,
-            join_groups=settings.join_groups,
-        )
+        return kafka_broker(url, settings)
     raise ConfigError(
         "broker.url", f"must be memory://, inprocess:// or kafka://HOST:PORT, got {url!r}"
+    )
+
+
+def kafka_broker(url: str, settings: BrokerConfig) -> KafkaBroker:
+    """The :class:`~fedxab.broker.kafka.KafkaBroker` of ``kafka://HOST:PORT[,...]`` with the
+    ``[broker]`` settings (never wrapped in faults: also the operator's ``fedxab topics``)."""
+    servers = url.removeprefix("kafka://").strip("/")
+    for server in servers.split(","):
+        host, _, port = server.rpartition(":")
+        if (
+            not url.startswith("kafka://")
+            or not host
+            or not port.isdigit()
+            or not 0 < int(port) < 65536
+        ):
+            raise ConfigError(
+                "broker.url", f"expected kafka://HOST:PORT[,HOST:PORT...], got {url!r}"
+            )
+    from fedxab.broker.kafka import KafkaBroker
+
+    return KafkaBroker(
+        servers,
+        security=kafka_security(settings),
+        topics=settings.topic_settings,
+        max_message_bytes=settings.max_message_bytes,
+        unreachable_s=settings.unreachable_s,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        join_groups=settings.join_groups,
     )

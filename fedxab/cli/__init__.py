@@ -20,8 +20,8 @@ no traceback.
 Only this package prints; library code logs through :mod:`logging`. One module per command
 group (:mod:`fedxab.cli.run`, :mod:`~fedxab.cli.agents`, :mod:`~fedxab.cli.audit`,
 :mod:`~fedxab.cli.plot`, :mod:`~fedxab.cli.dashboard`, :mod:`~fedxab.cli.reproduce`,
-:mod:`~fedxab.cli.keys`), each command a thin layer over library functions; this module
-assembles them into the ``fedxab`` command.
+:mod:`~fedxab.cli.keys`, :mod:`~fedxab.cli.topics`), each command a thin layer over library
+functions; this module assembles them into the ``fedxab`` command.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Annotated
 import typer
 from rich.logging import RichHandler
 
-from fedxab.cli import agents, audit, dashboard, keys, plot, reproduce, run
+from fedxab.cli import agents, audit, dashboard, keys, plot, reproduce, run, topics
 from fedxab.cli.agents import parse_client_ids
 from fedxab.cli.common import load_job, make_console
 from fedxab.cli.render import clients_table, print_ledger, summary_table
@@ -96,6 +96,15 @@ keys_app = typer.Typer(
 )
 keys_app.command("generate")(keys.generate)
 app.add_typer(keys_app)
+topics_app = typer.Typer(
+    name="topics",
+    help="A job's Kafka topics, for clusters where only operators create topics.",
+    no_args_is_help=True,
+)
+topics_app.command("create")(topics.create)
+topics_app.command("describe")(topics.describe)
+topics_app.command("delete")(topics.delete)
+app.add_typer(topics_app)
 
 # The names the test suite imports from the single module this package replaced.
 _load = load_job
