@@ -84,7 +84,6 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -103,7 +102,13 @@ from fedxab.broker.base import (
     check_max_message_bytes,
     refuse_oversize_publish,
 )
-from fedxab.broker.topics import TopicSettings, TopicState
+from fedxab.broker.topics import (
+    AUTHORIZATION_FAILED,
+    CreateResult,
+    TopicSettings,
+    TopicState,
+    check_creation,
+)
 from fedxab.errors import ConfigError, ProtocolError
 
 __all__ = ["SECURITY_KEYS", "BrokerError", "KafkaBroker", "security_options", "token_provider"]
@@ -450,13 +455,22 @@ class KafkaBroker(Broker):
                     for name in names
                 ]
             )
+            results = [
+                CreateResult(
+                    topic,
+                    code,
+                    for_code(code).__name__ if code else "",
+                    (message[0] if message and message[0] else for_code(code).description)
+                    if code
+                    else "",
+                )
+                for topic, code, *message in response.topic_errors
+            ]
+            refused = any(r.code in AUTHORIZATION_FAILED for r in results)
+            existing = await admin.list_topics() if refused else []
         finally:
             await admin.close()
-        for topic, code, *message in response.topic_errors:
-            if code not in (0, TopicAlreadyExistsError.errno):
-                error = for_code(code)
-                detail = message[0] if message and message[0] else error.description
-                raise BrokerError(f"cannot create topic {topic!r}: {error.__name__}: {detail}")
+        check_creation(results, existing, self.bootstrap_servers)
 
     async def create_topics(self, names: list[str]) -> None:
         """Create the topics that do not exist yet (existing topics are left as they are); with

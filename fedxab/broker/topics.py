@@ -36,10 +36,14 @@ if TYPE_CHECKING:
     from fedxab.broker.kafka import KafkaBroker
 
 __all__ = [
+    "AUTHORIZATION_FAILED",
     "CREATE_COMMAND",
+    "TOPIC_ALREADY_EXISTS",
+    "CreateResult",
     "MissingTopicError",
     "TopicSettings",
     "TopicState",
+    "check_creation",
     "create_run_topics",
     "delete_run_topics",
     "describe_run_topics",
@@ -175,6 +179,56 @@ class TopicState:
     configs: Mapping[str, str] = field(default_factory=dict)
     """The settings fedxab sets (max.message.bytes, retention.ms, ``topic_config``) that the
     cluster reports for the topic; a setting it does not report is left out."""
+
+
+TOPIC_ALREADY_EXISTS = 36
+AUTHORIZATION_FAILED = (29, 31)
+"""Kafka's error codes TOPIC_AUTHORIZATION_FAILED and CLUSTER_AUTHORIZATION_FAILED: Kafka checks
+a principal's Create permission before it looks whether the topic exists."""
+_SETTING_OF_ERROR = {
+    37: "partitions",  # INVALID_PARTITIONS
+    38: "replication_factor",  # INVALID_REPLICATION_FACTOR (e.g. more than the brokers)
+    40: "retention_ms, max_message_bytes or [broker.topic_config]",  # INVALID_CONFIG
+    44: "topic settings, refused by the cluster's creation policy",  # POLICY_VIOLATION
+}
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """Kafka's answer about one topic of a CreateTopics request."""
+
+    topic: str
+    code: int
+    error: str
+    """The error's name (``TopicAuthorizationFailedError``, ...), empty for success."""
+    detail: str = ""
+
+
+def check_creation(results: Iterable[CreateResult], existing: Iterable[str], servers: str) -> None:
+    """Accept a CreateTopics answer where every topic was created, already existed, or exists
+    and this principal may not create topics (a client without the Create permission, once an
+    operator or the server made them); otherwise raise, naming the topic and what to change:
+    :class:`MissingTopicError` when a topic is missing and may not be created, or
+    :class:`~fedxab.broker.base.BrokerError` naming the ``[broker]`` setting Kafka refused."""
+    there = set(existing)
+    for result in results:
+        if result.code in (0, TOPIC_ALREADY_EXISTS):
+            continue
+        if result.code in AUTHORIZATION_FAILED:
+            if result.topic in there:
+                continue
+            raise MissingTopicError(
+                f"topic {result.topic!r} does not exist on Kafka at {servers}, and this "
+                f"principal may not create it ({result.error}): create the job's topics with "
+                f"`{CREATE_COMMAND}` (with the job's --seed and --namespace), or grant this "
+                "principal Create on them (and Describe, without which it cannot see them)"
+            )
+        setting = _SETTING_OF_ERROR.get(result.code)
+        hint = f" (check [broker] {setting})" if setting else ""
+        raise BrokerError(
+            f"cannot create topic {result.topic!r} on Kafka at {servers}: {result.error}: "
+            f"{result.detail}{hint}"
+        )
 
 
 def topics_of(namespace: str, run_ids: Iterable[str]) -> list[str]:

@@ -17,8 +17,11 @@ from fedxab.broker.factory import SASL_PASSWORD_ENV, make_broker
 from fedxab.broker.kafka import KafkaBroker, token_provider
 from fedxab.broker.topics import (
     CREATE_COMMAND,
+    CreateResult,
+    MissingTopicError,
     TopicSettings,
     TopicState,
+    check_creation,
     differences,
     topics_of,
 )
@@ -262,3 +265,28 @@ def test_a_token_provider_that_cannot_be_used_is_a_clear_error(token_module, pro
         token_provider(provider)
     assert caught.value.field == "broker.security.sasl_oauth_token_provider"
     assert says in str(caught.value)
+
+
+def test_a_principal_without_create_runs_on_existing_topics_and_names_a_missing_one():
+    """Kafka answers TOPIC_AUTHORIZATION_FAILED (29) before it looks whether a topic exists:
+    an existing topic is fine, a missing one is named with the command."""
+    answer = [
+        CreateResult("ns.lobby", 29, "TopicAuthorizationFailedError"),
+        CreateResult("ns.r.report", 36, "TopicAlreadyExistsError"),
+        CreateResult("ns.r.ledger", 0, ""),
+    ]
+    check_creation(answer, existing=["ns.lobby"], servers="k:9092")
+    with pytest.raises(MissingTopicError) as caught:
+        check_creation(answer, existing=[], servers="k:9092")
+    text = str(caught.value)
+    assert "'ns.lobby' does not exist" in text and "may not create it" in text
+    assert CREATE_COMMAND in text and "TopicAuthorizationFailedError" in text
+
+
+def test_a_topic_kafka_refuses_to_create_names_the_setting_to_change():
+    refused = [CreateResult("ns.r.report", 38, "InvalidReplicationFactorError", "3 > 1 broker")]
+    with pytest.raises(BrokerError, match=r"3 > 1 broker \(check \[broker\] replication_factor\)"):
+        check_creation(refused, existing=["ns.r.report"], servers="k:9092")
+    other = [CreateResult("ns.r.report", 41, "NotControllerError", "moved")]
+    with pytest.raises(BrokerError, match="NotControllerError: moved$"):
+        check_creation(other, existing=[], servers="k:9092")
