@@ -226,6 +226,7 @@ class ObservedBest:
         self._best = -np.inf
         self._point: np.ndarray | None = None
         self.used = 0
+        self._next = 0  # the first of :attr:`rounds` after :attr:`used`
 
     def add(self, X: np.ndarray, rewards: np.ndarray) -> None:
         """The batch ``X`` was evaluated with (maximised, observed) ``rewards``, in order."""
@@ -233,6 +234,9 @@ class ObservedBest:
         if n == 0:
             return
         start = self.used
+        if n == 1:  # one pull (HCT's ask and tell): the same values, without the array work
+            self._add_one(X, rewards)
+            return
         running = np.maximum(np.maximum.accumulate(rewards), self._best)
         i = int(np.argmax(rewards))
         if rewards[i] > self._best:
@@ -241,6 +245,17 @@ class ObservedBest:
         hi = int(np.searchsorted(self.rounds, start + n, side="right"))
         self._curve[lo:hi] = running[self.rounds[lo:hi] - start - 1]
         self.used += n
+        self._next = hi
+
+    def _add_one(self, X: np.ndarray, rewards: np.ndarray) -> None:
+        """:meth:`add` of one pull; ``np.maximum(r, best)`` is ``r if r >= best else best``."""
+        r, best = rewards[0], self._best
+        if r > best:
+            self._best, self._point = float(r), np.array(X[0], dtype=np.float64)
+        self.used += 1
+        if self._next < self.rounds.size and self.rounds[self._next] == self.used:
+            self._curve[self._next] = r if r >= best else best
+            self._next += 1
 
     @property
     def best(self) -> float | None:
