@@ -21,7 +21,12 @@ Only this package prints; library code logs through :mod:`logging`. One module p
 group (:mod:`fedxab.cli.run`, :mod:`~fedxab.cli.agents`, :mod:`~fedxab.cli.audit`,
 :mod:`~fedxab.cli.plot`, :mod:`~fedxab.cli.dashboard`, :mod:`~fedxab.cli.reproduce`,
 :mod:`~fedxab.cli.keys`, :mod:`~fedxab.cli.topics`), each command a thin layer over library
-functions; this module assembles them into the ``fedxab`` command.
+functions: it parses, calls, prints. What they share: :mod:`~fedxab.cli.common`,
+:mod:`~fedxab.cli.options`, :mod:`~fedxab.cli.observe`, :mod:`~fedxab.cli.render`. This module
+assembles them into the ``fedxab`` command; a new command is a module with its function,
+registered here. No function of the package is longer than 60 lines
+(``tests/unit/test_cli_layout.py``): logic beyond that belongs in the library, with tests of its
+own.
 """
 
 from __future__ import annotations
