@@ -901,7 +901,7 @@ class BrokerConfig(Section):
             )
         if oauth and self.sasl_username:
             raise ConfigError("broker.sasl_username", "is not used with OAUTHBEARER (a token is)")
-        if oauth:
+        if oauth and self.sasl_oauth_token_provider:  # given: checked above
             from fedxab.objectives.user import check_function_spec
 
             check_function_spec(self.sasl_oauth_token_provider, "broker.sasl_oauth_token_provider")
