@@ -90,6 +90,16 @@ _VerifyOption = Annotated[
         show_default=False,
     ),
 ]
+_ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="With --rebuild-from: a job's TOML config whose [broker] TLS and SASL settings "
+        "(OAUTHBEARER token function, SASL password from the environment) and record size "
+        "reach the broker.",
+        show_default=False,
+    ),
+]
 
 
 def audit(
@@ -104,6 +114,7 @@ def audit(
     namespace: _NamespaceOption = "fedxab",
     keys_dir: _KeysDirOption = None,
     verify: _VerifyOption = None,
+    config: _ConfigOption = None,
 ) -> None:
     """Audit a privacy ledger: per client, releases, epsilon spent, budget and what remains."""
     import json
@@ -121,7 +132,7 @@ def audit(
         if rebuild_from is not None:
             if run_id is None:
                 raise FedxabError("--rebuild-from needs --run: the run whose ledger topic to read")
-            hostile = _rebuild(ledger, rebuild_from, namespace, run_id, keys_dir, verify)
+            hostile = _rebuild(ledger, rebuild_from, namespace, run_id, keys_dir, verify, config)
         if not ledger.is_file():
             raise FedxabError(f"{ledger}: no such ledger file")
         if verify is not None:
@@ -152,14 +163,21 @@ def _rebuild(
     run_id: str,
     keys_dir: Path | None,
     verify: Path | None,
+    config: Path | None = None,
 ) -> FedxabError | None:
     """``--rebuild-from``: rebuild ``ledger`` from the run's ledger topic
     (:func:`~fedxab.privacy.mirror.rebuild_from_broker`), say on stderr what was skipped, named
     hostile or not yet ended; return the error that fails the audit once it is shown (hostile
     records), if any."""
+    from fedxab.config import load_config
     from fedxab.privacy.mirror import HOSTILE, SIGNED_RECORDS_HINT, rebuild_from_broker
 
-    rebuilt, clients = rebuild_from_broker(ledger, broker, namespace, run_id, keys_dir, verify)
+    settings = None if config is None else load_config(config).broker
+    if config is not None and settings is None:
+        raise FedxabError(f"--config: {config} is a single-agent job: it has no [broker] section")
+    rebuilt, clients = rebuild_from_broker(
+        ledger, broker, namespace, run_id, keys_dir, verify, settings
+    )
     notes = make_console(stderr=True)  # stdout stays the table or the JSON
     if rebuilt.skipped:
         notes.print(f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({rebuilt.summary()})[/]")

@@ -59,6 +59,7 @@ with public keys alone (:mod:`fedxab.privacy.verify`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -71,6 +72,7 @@ from typing import TYPE_CHECKING, Any
 from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Broker, Record, topic_name
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.factory import make_broker
+from fedxab.broker.topics import MissingTopicError
 from fedxab.config import BrokerConfig
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.accountants import ACCOUNTANTS
@@ -729,10 +731,13 @@ def rebuild_from_broker(
     run_id: str,
     keys_dir: Path | None = None,
     public_keys: Path | None = None,
+    settings: BrokerConfig | None = None,
 ) -> tuple[Rebuild, list[int]]:
     """Record run ``run_id``'s ledger topic on the Kafka broker ``url`` into the ledger file
     ``path`` (created if missing), as far as the topic holds now (``fedxab audit
-    --rebuild-from``); what was read, and the run's clients in the ledger. With
+    --rebuild-from``); what was read, and the run's clients in the ledger. ``settings``: the
+    ``[broker]`` section whose TLS, SASL and record size settings reach the broker (an
+    auditor's principal may only read); the rebuild never creates a topic. With
     ``public_keys`` (a directory of Ed25519 public keys: what any auditor may hold) or
     ``keys_dir`` (the HMAC client keys), only the records those keys verify are recorded, each
     release with its signed record as evidence.
@@ -758,14 +763,23 @@ def rebuild_from_broker(
         signer = HmacSigner(keyring, max(keyring) + 1)  # ledger records carry one tag each
 
     topic = topic_name(namespace, run_id, "ledger")
-    broker = make_broker(url, BrokerConfig(url=url, namespace=namespace))
+    reader_settings = dataclasses.replace(
+        settings or BrokerConfig(), url=url, namespace=namespace, create_topics=False
+    )
+    broker = make_broker(url, reader_settings)
     assert broker is not None  # a kafka:// URL
 
     async def read() -> list[Record]:
         async with broker:
             return await read_to_end(broker, topic)
 
-    records = asyncio.run(read())
+    try:
+        records = asyncio.run(read())
+    except MissingTopicError:
+        raise FedxabError(
+            f"--rebuild-from: there is no ledger topic {topic} on {url}, so it holds no record: "
+            "nothing to rebuild (check --run and --namespace)"
+        ) from None
     if not records:
         raise FedxabError(
             f"--rebuild-from: the ledger topic {topic} on {url} holds no record: nothing "

@@ -18,9 +18,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from typer.testing import CliRunner
 
 from fedxab.broker.base import BrokerError
 from fedxab.broker.devbroker import DevBroker, _broker_binary, free_port
@@ -36,7 +39,10 @@ from fedxab.broker.topics import (
     differences,
     topics_of,
 )
+from fedxab.cli import app
 from fedxab.config import BrokerConfig
+from fedxab.errors import FedxabError
+from fedxab.privacy.mirror import rebuild_from_broker
 
 TIMEOUT = 20.0
 _jobs = itertools.count()
@@ -161,16 +167,10 @@ def test_every_topic_and_the_group_of_a_run_start_with_its_namespace(tmp_path):
     assert groups, "the server's group"
 
 
-def test_oauthbearer_reaches_the_brokers_authentication_with_the_users_token(tmp_path, caplog):
-    """Tansu started with --authentication (free loopback port, stopped after): the handshake
-    takes OAUTHBEARER, the user's function gives the token that is sent, and the broker's
-    refusal (it validates PLAIN and SCRAM only) comes back as a BrokerError."""
-    calls: list[float] = []
-
-    def token() -> str:
-        calls.append(time.monotonic())
-        return "eyJhbGciOiJub25lIn0.eyJzdWIiOiJmZWR4YWIifQ."
-
+@pytest.fixture
+def authenticating_broker(tmp_path: Path) -> Iterator[str]:
+    """Tansu started with --authentication on a free loopback port (stopped after): its
+    address."""
     port = free_port()
     log = tmp_path / "tansu.log"
     with log.open("wb") as out:
@@ -189,20 +189,81 @@ def test_oauthbearer_reaches_the_brokers_authentication_with_the_users_token(tmp
         while b"ready in" not in log.read_bytes():
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        broker = KafkaBroker(
-            f"127.0.0.1:{port}",
-            security={
-                "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": "OAUTHBEARER",
-                "sasl_oauth_token_provider": token,
-            },
-            unreachable_s=2.0,
-        )
-        with pytest.raises(BrokerError, match="could not connect"):
-            asyncio.run(asyncio.wait_for(broker.start(), TIMEOUT))
+        yield f"127.0.0.1:{port}"
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_oauthbearer_reaches_the_brokers_authentication_with_the_users_token(
+    authenticating_broker, caplog
+):
+    """The handshake takes OAUTHBEARER, the user's function gives the token that is sent, and
+    the broker's refusal (it validates PLAIN and SCRAM only) comes back as a BrokerError."""
+    calls: list[float] = []
+
+    def token() -> str:
+        calls.append(time.monotonic())
+        return "eyJhbGciOiJub25lIn0.eyJzdWIiOiJmZWR4YWIifQ."
+
+    broker = KafkaBroker(
+        authenticating_broker,
+        security={
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_provider": token,
+        },
+        unreachable_s=2.0,
+    )
+    with pytest.raises(BrokerError, match="could not connect"):
+        asyncio.run(asyncio.wait_for(broker.start(), TIMEOUT))
     assert calls, "the token function was never asked"
     refusals = [r for r in caplog.records if "SaslAuthenticationFailed" in r.getMessage()]
     assert refusals, "the broker's answer to the token was not an authentication failure"
+
+
+AUDITOR_TOKEN = """
+from pathlib import Path
+
+def token():
+    with Path(__file__).with_name("asked").open("a") as asked:
+        asked.write("token\\n")
+    return "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhdWRpdG9yIn0."
+"""
+
+
+def test_the_auditors_rebuild_takes_the_configs_sasl_settings(
+    authenticating_broker, tmp_path, monkeypatch
+):
+    """fedxab audit --rebuild-from --config: the job's [broker] SASL settings (here OAUTHBEARER
+    with a token function) reach the auditor's broker."""
+    (tmp_path / "auditor_auth.py").write_text(AUDITOR_TOKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "[objective]\nname = 'garland'\n[algorithm]\nname = 'fedpne'\n"
+        "[federation]\nclients = 2\n[broker]\nsecurity_protocol = 'SASL_PLAINTEXT'\n"
+        "sasl_mechanism = 'OAUTHBEARER'\n"
+        "sasl_oauth_token_provider = 'auditor_auth:token'\nunreachable_s = 2.0\n"
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            *("audit", str(tmp_path / "rebuilt.db"), "--run", "fedpne-0123456789ab-s0"),
+            *("--rebuild-from", f"kafka://{authenticating_broker}", "--config", str(job)),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "could not connect" in " ".join(result.output.split())
+    assert (tmp_path / "asked").read_text().count("token") >= 1
+
+
+def test_the_auditors_rebuild_creates_no_topic(dev_broker, tmp_path):
+    namespace = _namespace()
+    topic = f"{namespace}.fedpne-0123456789ab-s0.ledger"
+    with pytest.raises(FedxabError, match=f"there is no ledger topic {topic}"):
+        rebuild_from_broker(
+            tmp_path / "rebuilt.db", dev_broker.url, namespace, "fedpne-0123456789ab-s0"
+        )
+    assert topic not in asyncio.run(_cluster_topics(dev_broker.address))
+    assert not (tmp_path / "rebuilt.db").exists()
