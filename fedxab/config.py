@@ -821,7 +821,10 @@ class BrokerConfig(Section):
     cluster (Confluent Cloud takes no other)."""
     retention_ms: int | None = None
     """Kafka only: ``retention.ms`` of the topics fedxab creates; unset: the cluster's default;
-    -1: kept forever (the ledger topic is a run's privacy record)."""
+    -1: kept forever."""
+    ledger_retention_ms: int | None = None
+    """Kafka only: ``retention.ms`` of the ledger topics, a run's privacy record that an auditor
+    rebuilds from (``fedxab audit --rebuild-from``); unset: ``retention_ms``; -1: forever."""
     topic_config: tuple = ()
     """Kafka only: other settings of the topics fedxab creates, a TOML table such as
     ``{ "min.insync.replicas" = 2 }`` (kept as sorted ``(name, value)`` strings)."""
@@ -848,6 +851,7 @@ class BrokerConfig(Section):
             partitions=self.partitions,
             replication_factor=self.replication_factor,
             retention_ms=self.retention_ms,
+            ledger_retention_ms=self.ledger_retention_ms,
             config=self.topic_config,
             create=self.create_topics,
         )

@@ -450,7 +450,7 @@ class KafkaBroker(Broker):
                         name,
                         self.topics.partitions_for(name),
                         replication_factor=self.topics.replication_factor,
-                        topic_configs=self.topics.configs(self.max_message_bytes),
+                        topic_configs=self.topics.configs(name, self.max_message_bytes),
                     )
                     for name in names
                 ]
@@ -522,7 +522,7 @@ class KafkaBroker(Broker):
             )
         finally:
             await admin.close()
-        wanted = {*self.topics.configs(self.max_message_bytes), "retention.ms"}
+        wanted = {*self.topics.configs("", self.max_message_bytes), "retention.ms"}
         configs: dict[str, dict[str, str]] = {}
         for response in responses:
             for code, _message, _kind, name, entries in (r[:5] for r in response.resources):

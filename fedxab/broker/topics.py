@@ -4,8 +4,8 @@
 **Settings** (``[broker]``, :class:`TopicSettings`): the partition count of the report, control,
 ledger and lobby topics (a broadcast topic always has one partition, so that clients read the
 broadcasts in order), the replication factor, the retention (``retention.ms``; unset: the
-cluster's default) and any other topic setting Kafka takes (``topic_config``), with the
-``max.message.bytes`` of ``[broker] max_message_bytes``.
+cluster's default; the ledger topics may keep theirs longer) and any other topic setting Kafka
+takes (``topic_config``), with the ``max.message.bytes`` of ``[broker] max_message_bytes``.
 
 **Who creates the topics.** By default every party creates the topics of its run that do not
 exist yet, through the admin API, so a broker's auto-creation defaults never decide a topic's
@@ -127,6 +127,9 @@ class TopicSettings:
     """Copies of each partition: 3 on a production cluster (Confluent Cloud requires it)."""
     retention_ms: int | None = None
     """``retention.ms`` of every topic; ``None``: the cluster's default; -1: kept forever."""
+    ledger_retention_ms: int | None = None
+    """``retention.ms`` of the ledger topics (a run's privacy record, which an auditor rebuilds
+    from); ``None``: as ``retention_ms``."""
     config: tuple[tuple[str, str], ...] = ()
     """Other Kafka topic settings, as ``(name, value)`` strings (:func:`topic_config_table`)."""
     create: bool = True
@@ -135,16 +138,17 @@ class TopicSettings:
     def __post_init__(self) -> None:
         _positive_int("partitions", self.partitions)
         _positive_int("replication_factor", self.replication_factor)
-        retention = self.retention_ms
-        if retention is not None and (
-            isinstance(retention, bool) or not isinstance(retention, int) or retention < -1
-        ):
-            raise ConfigError(
-                "broker.retention_ms",
-                f"must be milliseconds > 0, or -1 to keep records forever, got {retention!r}",
-            )
-        if retention == 0:
-            raise ConfigError("broker.retention_ms", "must not be 0 (records would be dropped)")
+        for name in ("retention_ms", "ledger_retention_ms"):
+            retention = getattr(self, name)
+            if retention is not None and (
+                isinstance(retention, bool) or not isinstance(retention, int) or retention < -1
+            ):
+                raise ConfigError(
+                    f"broker.{name}",
+                    f"must be milliseconds > 0, or -1 to keep records forever, got {retention!r}",
+                )
+            if retention == 0:
+                raise ConfigError(f"broker.{name}", "must not be 0 (records would be dropped)")
         object.__setattr__(self, "config", topic_config_table(self.config))
 
     def partitions_for(self, name: str) -> int:
@@ -152,11 +156,14 @@ class TopicSettings:
         reads the server's broadcasts in the order they were sent."""
         return 1 if name.endswith(".broadcast") else self.partitions
 
-    def configs(self, max_message_bytes: int) -> dict[str, str]:
-        """The topic configs a created topic gets."""
+    def configs(self, name: str, max_message_bytes: int) -> dict[str, str]:
+        """The topic configs the topic ``name`` gets when it is created."""
         configs = {"max.message.bytes": str(max_message_bytes), **dict(self.config)}
-        if self.retention_ms is not None:
-            configs["retention.ms"] = str(self.retention_ms)
+        retention = self.retention_ms
+        if name.endswith(".ledger") and self.ledger_retention_ms is not None:
+            retention = self.ledger_retention_ms
+        if retention is not None:
+            configs["retention.ms"] = str(retention)
         return configs
 
     def missing(self, topic: str, servers: str) -> MissingTopicError:
@@ -253,7 +260,7 @@ def differences(state: TopicState, settings: TopicSettings, max_message_bytes: i
         found.append(
             f"replication factor {state.replication_factor} (config: {settings.replication_factor})"
         )
-    for name, value in settings.configs(max_message_bytes).items():
+    for name, value in settings.configs(state.name, max_message_bytes).items():
         if name in state.configs and state.configs[name] != value:
             found.append(f"{name} {state.configs[name]} (config: {value})")
     return found

@@ -75,7 +75,8 @@ def create(
 ) -> None:
     """Create the job's topics that do not exist yet (the namespace's lobby and each run's
     broadcast, report, control and ledger topics) with the [broker] partitions,
-    replication_factor, retention_ms and topic_config; existing topics are left as they are."""
+    replication_factor, retention_ms, ledger_retention_ms and topic_config; existing topics
+    are left as they are."""
     from fedxab.broker.topics import create_run_topics, describe_run_topics
 
     console = make_console()

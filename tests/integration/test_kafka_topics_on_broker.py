@@ -67,6 +67,7 @@ def test_topics_are_created_with_the_configured_settings_described_and_deleted(d
         partitions=3,
         replication_factor=3,
         retention_ms=7 * 24 * 3600 * 1000,
+        ledger_retention_ms=-1,
         topic_config=(("cleanup.policy", "delete"), ("min.insync.replicas", "2")),
         max_message_bytes=2_000_000,
     )
@@ -94,6 +95,7 @@ def test_topics_are_created_with_the_configured_settings_described_and_deleted(d
         "cleanup.policy": "delete",
         "min.insync.replicas": "2",
     }
+    assert by_name[names[4]].configs["retention.ms"] == "-1"  # the ledger topic
     for state in created:
         assert differences(state, settings.topic_settings, settings.max_message_bytes) == []
     assert again == created

@@ -35,6 +35,7 @@ namespace = "team-a.tuning"
 partitions = 6
 replication_factor = 3
 retention_ms = 604800000
+ledger_retention_ms = -1
 create_topics = false
 [broker.topic_config]
 "min.insync.replicas" = 2
@@ -49,13 +50,16 @@ def test_topic_settings_come_from_the_broker_section_and_reach_the_kafka_broker(
     assert isinstance(broker, KafkaBroker)
     topics = broker.topics
     assert (topics.partitions, topics.replication_factor, topics.create) == (6, 3, False)
-    assert topics.configs(broker.max_message_bytes) == {
+    assert topics.configs("team-a.tuning.r.report", broker.max_message_bytes) == {
         "max.message.bytes": str(1 << 20),
         "retention.ms": "604800000",
         "min.insync.replicas": "2",
         "compression.type": "lz4",
         "unclean.leader.election.enable": "false",
     }
+    ledger = topics.configs("team-a.tuning.r.ledger", broker.max_message_bytes)
+    assert ledger["retention.ms"] == "-1"  # the privacy record outlives the run's chatter
+    assert TopicSettings(retention_ms=5).configs("n.r.ledger", 1)["retention.ms"] == "5"
     assert topics.partitions_for("team-a.tuning.r.report") == 6
     assert topics.partitions_for("team-a.tuning.r.broadcast") == 1  # read in order
 
@@ -63,7 +67,7 @@ def test_topic_settings_come_from_the_broker_section_and_reach_the_kafka_broker(
 def test_the_defaults_are_those_of_before_and_a_config_round_trips():
     default = BrokerConfig().topic_settings
     assert (default.partitions, default.replication_factor, default.retention_ms) == (1, 1, None)
-    assert default.create and default.configs(100) == {"max.message.bytes": "100"}
+    assert default.create and default.configs("n.r.ledger", 100) == {"max.message.bytes": "100"}
     assert "topic_config" not in BrokerConfig().to_dict()
     job = {
         "objective": {"name": "garland"},
@@ -83,6 +87,7 @@ def test_the_defaults_are_those_of_before_and_a_config_round_trips():
         ({"replication_factor": -1}, "broker.replication_factor", "positive integer"),
         ({"retention_ms": 0}, "broker.retention_ms", "must not be 0"),
         ({"retention_ms": -2}, "broker.retention_ms", "-1 to keep records forever"),
+        ({"ledger_retention_ms": 0}, "broker.ledger_retention_ms", "must not be 0"),
         ({"topic_config": {"retention.ms": 5}}, "broker.topic_config.retention.ms", "retention_ms"),
         (
             {"topic_config": {"max.message.bytes": 5}},
