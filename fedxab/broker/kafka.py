@@ -190,10 +190,16 @@ class _TokenFunction(AbstractTokenProvider):
         self._name = name
 
     async def token(self) -> str:
-        if inspect.iscoroutinefunction(self._function):
-            value = await self._function()
-        else:
-            value = await asyncio.to_thread(self._function)
+        try:
+            if inspect.iscoroutinefunction(self._function):
+                value = await self._function()
+            else:
+                value = await asyncio.to_thread(self._function)
+        except Exception as exc:
+            raise BrokerError(
+                f"the OAUTHBEARER token provider {self._name} failed: "
+                f"{type(exc).__name__}: {exc} ([broker] sasl_oauth_token_provider)"
+            ) from exc
         if not isinstance(value, str) or not value:
             raise BrokerError(
                 f"the OAUTHBEARER token provider {self._name} returned {type(value).__name__}, "

@@ -158,6 +158,9 @@ async def async_token():
 
 def no_token():
     return None
+
+def broken():
+    raise RuntimeError("identity service unreachable")
 """
 
 
@@ -197,6 +200,8 @@ def test_oauthbearer_gives_aiokafka_the_users_token_function_and_needs_no_passwo
     assert asyncio.run(asynchronous.token()) == "async-token"
     with pytest.raises(BrokerError, match="returned NoneType, not a non-empty token"):
         asyncio.run(token_provider("site_tokens:no_token").token())
+    with pytest.raises(BrokerError, match="failed: RuntimeError: identity service unreachable"):
+        asyncio.run(token_provider("site_tokens:broken").token())
 
 
 def test_an_object_in_the_api_is_used_as_it_is():
