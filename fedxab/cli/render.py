@@ -85,6 +85,17 @@ def summary_table(results) -> Table:
     return table
 
 
+def recommendation_lines(results, limit: int = 10) -> list[str]:
+    """Each run's recommendation by name, whole, for runs with a typed space (the summary
+    table's column is cut to the terminal's width): ``recommendation (seed 0): C=181.4, ...``;
+    at most ``limit`` runs."""
+    return [
+        f"recommendation (seed {r.seed}): {_fmt_at(r, r.recommendation)}"
+        for r in results.runs[:limit]
+        if r.recommendation is not None and r.recommendation_params is not None
+    ]
+
+
 def _add_mean_and_std(table: Table, s: Mapping[str, Any], federated: bool) -> None:
     """The mean and std rows of the summary table, from ``RunResults.summary`` ``s``."""
     table.add_section()
@@ -292,6 +303,8 @@ def print_results(console: Console, results, cfg, path: Path, *, quiet: bool, se
     privacy ledger (:func:`print_ledger`; a server names its own ledger topic)."""
     if not quiet:
         console.print(summary_table(results))
+        for line in recommendation_lines(results):
+            console.print(line, soft_wrap=True, markup=False)
         tables = [clients_table(results), communication_table(results)]
         if not server:
             tables.append(privacy_table(results))

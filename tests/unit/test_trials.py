@@ -150,3 +150,30 @@ def test_the_clients_table_shows_a_best_value_released_under_dp_as_such(tmp_path
     text = console.file.getvalue()
     assert "best value (DP, epsilon 0.5): 0.8125" in text
     assert "best value (DP): refused: over its budget" in text
+
+
+def test_the_printed_results_give_the_recommendation_whole_by_name_at_80_columns():
+    """The summary table's recommendation column is cut to the terminal's width; the line
+    after it names every parameter, in the user's units."""
+    from fedxab.cli.render import print_results, recommendation_lines
+
+    space = {
+        "C": fedxab.Float(1e-2, 1e3, log=True),
+        "gamma": fedxab.Float(1e-5, 1e-1, log=True),
+        "kernel": fedxab.Categorical(["rbf", "poly"]),
+        "degree": fedxab.Int(2, 5),
+    }
+    results = fedxab.federate(
+        lambda p: -abs(np.log10(p["C"])) - (p["kernel"] == "poly"), space=space, clients=1, budget=8
+    )
+    cfg = fedxab.make_config(space=space, clients=1, budget=8)
+    console = Console(file=io.StringIO(), width=80)
+    print_results(console, results, cfg, "out/results.json", quiet=False, server=False)
+    rec = results.runs[0].recommendation_params
+    line = (
+        f"recommendation (seed 0): C={rec['C']:.4g}, gamma={rec['gamma']:.4g}, "
+        f"kernel={rec['kernel']}, degree={rec['degree']}"
+    )
+    assert recommendation_lines(results) == [line]
+    assert line in console.file.getvalue().splitlines()
+    assert recommendation_lines(fedxab.federate(_loss, DOMAIN, clients=1, budget=8)) == []  # a box
