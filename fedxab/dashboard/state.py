@@ -16,7 +16,9 @@ grow with the number of clients or rounds, so the page stays fast at 100,000 cli
 - the trials of a user's objective, where this party evaluated them (``fedxab run``, and a
   ``fedxab client`` agent for its own clients), appear as each call returns
   (:class:`~fedxab.dashboard.trials.TrialFeed`: parameters by name, value, wall time, each
-  client's best so far), and the server's recommendation by name once it arrives.
+  client's best so far), and the server's recommendation by name once it arrives; a party
+  without them (the server: the trials stay at the sites) shows each client's best value and
+  its parameters by name from the run's outcomes.
 
 At the end of a run (:meth:`DashboardState.end_run`) every figure is replaced by the run's
 :class:`~fedxab.results.RunRecord`, so that what the page shows afterwards equals the results
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from fedxab.dashboard.trials import TrialFeed
+from fedxab.dashboard.trials import CLIENTS_SHOWN, TrialFeed
 from fedxab.run.observe import PrivacyView, RunObserver
 from fedxab.run.outcome import mean_best
 from fedxab.space import SearchSpace
@@ -230,6 +232,9 @@ class RunView:
         self.privacy: PrivacyView | None = None
         self.final: dict[str, Any] = {}
         self.outcomes: dict[int, Any] = {}
+        self.outcome_best: list[dict[str, Any]] | None = None
+        """Each client's best value and its parameters by name, from the outcomes
+        (:meth:`best_from_outcomes`)."""
         self.band: dict[str, Any] | None = None
         self._panel: tuple[PrivacyView, dict[str, Any]] | None = None
 
@@ -282,6 +287,7 @@ class RunView:
             )
         if record.clients:
             self.outcomes = {o.client: o for o in record.clients}
+            self.outcome_best = self.best_from_outcomes()
             self.band = outcome_band(record.clients)
             if self.band is not None:  # the mean best-so-far over clients: what was observed
                 mean = [math.nan if v is None else v for v in self.band["mean"]]
@@ -297,6 +303,23 @@ class RunView:
             "wall_time_s": _finite(record.wall_time_s),
             "seed": int(record.seed),
         }
+
+    def best_from_outcomes(self) -> list[dict[str, Any]] | None:
+        """Per client (the :data:`~fedxab.dashboard.trials.CLIENTS_SHOWN` of lowest id): its
+        evaluations, best value (the user's direction) and the parameters where it was
+        observed, by name in the user's units. None without a typed space."""
+        if self.space is None:
+            return None
+        return [
+            {
+                "client": m,
+                "evaluations": int(o.evaluations),
+                "value": _finite(o.best_value),
+                "params": self.space.decode(np.asarray(o.best_point, dtype=np.float64)),
+            }
+            for m, o in sorted(self.outcomes.items())[:CLIENTS_SHOWN]
+            if o.best_point is not None
+        ]
 
     # -------------------------------------------------------------------------------- json
     def privacy_panel(self) -> dict[str, Any] | None:
@@ -340,6 +363,7 @@ class RunView:
             "final": self.final,
             "trials": self.trials.to_json(),
             "recommendation": self.recommendation,
+            "outcome_best": self.outcome_best,
         }
 
 

@@ -384,3 +384,36 @@ def test_the_page_shows_the_trials_and_the_recommendation_by_name():
             time.sleep(0.05)
         text = browser.evaluate("document.getElementById('recommendation-params').textContent")
         assert text == "lr = 0.003162"  # 10**-2.5, by name in the user's units
+
+
+@needs_chromium
+def test_a_servers_page_shows_each_clients_best_by_name_without_the_trials():
+    """A server's record has no trials (they stay at the sites): the page lists each client's
+    best value and its parameters by name from the outcomes, and hides the newest trials; the
+    chart of a run without an optimum is titled by what it shows."""
+    import fedxab
+    from fedxab.dashboard.state import state_from_results
+
+    space = {"lr": fedxab.Float(1e-3, 1e-1, log=True), "kind": fedxab.Categorical(["a", "b"])}
+    results = fedxab.federate(
+        lambda p: float(np.log10(p["lr"])) + (p["kind"] == "b"), space=space, clients=2, budget=8
+    )
+    record = results.runs[0]
+    at_server = dataclasses.replace(
+        record, clients=tuple(dataclasses.replace(c, trials=None) for c in record.clients)
+    )
+    state = state_from_results(dataclasses.replace(results, runs=(at_server,)))
+    with DashboardServer(state) as page, Chromium() as browser:
+        browser.open(page.url, "document.body.dataset.renderedMs")
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('#trials-best tbody tr')]"
+            ".map((tr) => [...tr.cells].map((td) => td.textContent))"
+        )
+        for row, outcome in zip(rows, record.clients, strict=True):
+            lr, kind = record.best_params[outcome.client].values()
+            assert row[0] == str(outcome.client) and row[1] == "8"
+            assert row[4] == f"lr = {lr:.4g}, kind = {kind}"  # by name, in the user's units
+        assert browser.evaluate("document.getElementById('trials-recent').hidden") is True
+        assert _value(browser, "kpi-evaluations") == "16"
+        title = browser.evaluate("document.getElementById('regret-title').textContent")
+        assert title == "best observed value"

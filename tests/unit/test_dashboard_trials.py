@@ -4,12 +4,14 @@ recommendation by name."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import fedxab
 from fedxab.api import make_config, run_job
-from fedxab.dashboard.state import DashboardState
+from fedxab.dashboard.state import DashboardState, state_from_results
 from fedxab.dashboard.trials import RECENT
 from fedxab.objectives.history import TrialRecord
 
@@ -153,3 +155,33 @@ def test_a_single_agent_run_of_a_users_objective_feeds_each_trial(tmp_path, monk
     assert set(run["trials"]["best"]["params"]) == {"lr"}
     assert run["trials"]["best"]["value"] == results.runs[0].clients[0].best_value
     assert run["recommendation"]["params"] == results.runs[0].recommendation_params
+
+
+def test_a_server_without_the_trials_shows_each_clients_best_by_name_from_the_outcomes():
+    """A server's record has each client's best point, not its trials (they stay at the
+    sites): the panel lists each client's best value and its parameters by name."""
+    space = {"lr": fedxab.Float(1e-3, 1e-1, log=True), "kind": fedxab.Categorical(["a", "b"])}
+    results = fedxab.federate(
+        lambda p: float(np.log10(p["lr"])) + (p["kind"] == "b"),
+        space=space,
+        clients=3,
+        budget=10,
+        direction="minimize",
+    )
+    record = results.runs[0]
+    at_server = dataclasses.replace(
+        record, clients=tuple(dataclasses.replace(c, trials=None) for c in record.clients)
+    )
+    run = state_from_results(dataclasses.replace(results, runs=(at_server,))).snapshot()["run"]
+    assert run["trials"] is None
+    rows = run["outcome_best"]
+    assert [r["client"] for r in rows] == [0, 1, 2]
+    for row, outcome in zip(rows, record.clients, strict=True):
+        assert row["params"] == record.best_params[outcome.client]
+        assert set(row["params"]) == {"lr", "kind"} and row["params"]["kind"] in ("a", "b")
+        assert row["value"] == outcome.best_value  # the user's direction: the least loss
+        assert row["evaluations"] == outcome.evaluations == 10
+    assert run["recommendation"]["params"] == record.recommendation_params
+    # a run on a box has no names to show
+    box = fedxab.federate(lambda x: float(x[0]), [[0.0, 1.0]], clients=2, budget=5)
+    assert state_from_results(box).snapshot()["run"]["outcome_best"] is None

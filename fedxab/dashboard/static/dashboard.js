@@ -129,6 +129,7 @@ function drawRegret(run) {
   const present = CURVES.filter(([key]) => run.curves[key] && run.curves[key].length);
   const regrets = present.filter(([key]) => key !== "observed");
   const shown = regrets.length ? regrets : present;
+  $("regret-title").textContent = regrets.length ? "regret" : "best observed value";
   if (!shown.length) { empty(svg, "no curve yet"); return; }
   const all = shown.flatMap(([key]) => run.curves[key]);
   const f = frame(svg, all.map((p) => p[0]), all.map((p) => p[1]));
@@ -260,15 +261,16 @@ function params(p) {
 }
 
 // The trials of a user's objective this party evaluated (newest first) and the server's
-// recommendation, parameters by name in the user's units.
+// recommendation, parameters by name in the user's units. A party without the trials (a
+// server: they stay at the sites) lists each client's best from the run's outcomes instead.
 function drawTrials(run) {
-  const trials = run.trials, rec = run.recommendation;
-  $("trials-panel").hidden = !trials && !rec;
+  const trials = run.trials, rec = run.recommendation, outcomes = run.outcome_best;
+  $("trials-panel").hidden = !trials && !rec && !outcomes;
   $("recommendation").hidden = !rec;
   if (rec) $("recommendation-params").textContent = rec.params ? params(rec.params) : `[${rec.point.map((v) => fmt(v)).join(", ")}]`;
-  if (!trials) return;
-  $("trials-counts").textContent = `(${fmt(trials.count)} over ${fmt(trials.clients)} client(s); ${trials.direction})`;
-  $("trials-counts").dataset.value = String(trials.count);
+  $("trials-best").hidden = $("trials-best-title").hidden = !trials && !outcomes;
+  $("trials-recent").hidden = $("trials-recent-title").hidden = !trials;
+  $("trials-best-count").textContent = trials ? "trials" : "evals";
   const fill = (id, rows, cells) => {
     const body = $(id).tBodies[0];
     body.replaceChildren();
@@ -278,6 +280,13 @@ function drawTrials(run) {
       tr.dataset.value = String(row.value);
     }
   };
+  if (!trials) {
+    $("trials-counts").textContent = outcomes ? "(each site keeps its own; best per client from the outcomes)" : "";
+    fill("trials-best", outcomes || [], (r) => [r.client, fmt(r.evaluations), fmt(r.value), "–", params(r.params)]);
+    return;
+  }
+  $("trials-counts").textContent = `(${fmt(trials.count)} over ${fmt(trials.clients)} client(s); ${trials.direction})`;
+  $("trials-counts").dataset.value = String(trials.count);
   fill("trials-best", trials.per_client, (r) => [r.client, fmt(r.count), fmt(r.value), r.number, params(r.params)]);
   fill("trials-recent", trials.recent.slice().reverse(), (r) => [r.client, r.number, fmt(r.value), duration(r.wall_s), params(r.params)]);
 }
@@ -319,7 +328,9 @@ function render(state) {
       + (simple === null || simple === undefined ? "" : ` · simple ${fmt(simple, 3)}`);
   } else {
     $("kpi-regret-label").textContent = "best observed";
-    show("kpi-regret", finished ? run.final.observed_best_mean : newest(run.curves.observed));
+    // a site's agent has no record of the run: its own live curve's last value
+    const final = finished ? run.final.observed_best_mean : undefined;
+    show("kpi-regret", final === undefined || final === null ? newest(run.curves.observed) : final);
     $("kpi-regret-note").textContent = "mean over clients (no optimum needed)";
   }
   drawRegret(run);
