@@ -200,13 +200,25 @@ BBOB = {
 }
 """Reported BBOB tasks: name -> (function id, dimension); instance 1."""
 
+HELD_OUT_BBOB = {
+    "bbob-f10-d5": (10, 5),
+    "bbob-f23-d4": (23, 4),
+    "bbob-f3-d6": (3, 6),
+    "bbob-f16-d6": (16, 6),
+    "bbob-f18-d6": (18, 6),
+    "bbob-f17-d8": (17, 8),
+    "bbob-f20-d10": (20, 10),
+    "bbob-f22-d10": (22, 10),
+}
+"""BBOB tasks used only to choose settings (``benchmarks/select_fedtpe.py``), never reported."""
+
 
 def bbob_task(name: str, seed: int, sites: int, instance: int = 1) -> Task:
     import ioh
 
     import fedxab
 
-    fid, dim = BBOB[name]
+    fid, dim = {**BBOB, **HELD_OUT_BBOB}[name]
     problem = ioh.get_problem(fid, instance=instance, dimension=dim)
     f_star = problem.optimum.y
     shifts = np.random.default_rng(seed).uniform(-0.5, 0.5, size=(sites, dim))

@@ -176,6 +176,7 @@ class TPESettings:
     gamma_max: int = 25
     sigma0: float = 0.2
     categorical_eps: float = 0.5
+    univariate: bool = False
     kinds: tuple[str, ...] = ()
     levels: tuple[int | None, ...] = ()
     seed: int = 0
@@ -188,6 +189,8 @@ class TPESettings:
         check_positive("algorithm.gamma", self.gamma, upper=1.0)
         check_positive_int("algorithm.gamma_max", self.gamma_max)
         check_positive("algorithm.sigma0", self.sigma0)
+        if not isinstance(self.univariate, bool):
+            raise ConfigError("algorithm.univariate", f"must be true or false, {self.univariate!r}")
         if not 0 < self.categorical_eps <= 1:
             raise ConfigError(
                 "algorithm.categorical_eps", f"must lie in (0, 1], got {self.categorical_eps!r}"
@@ -223,13 +226,23 @@ class TPESettings:
             self.levels,
             sigma0=self.sigma0,
             categorical_eps=self.categorical_eps,
+            univariate=self.univariate,
         )
 
 
 def _settings(domain: Any, arguments: Mapping[str, Any]) -> tuple[np.ndarray, TPESettings]:
     box = as_domain(domain)
     kinds, levels = _check_types(box.shape[0], arguments["kinds"], arguments["levels"])
-    shared = ("n_clients", "budget", "n_init", "consensus", "gamma", "gamma_max", "sigma0")
+    shared = (
+        "n_clients",
+        "budget",
+        "n_init",
+        "consensus",
+        "gamma",
+        "gamma_max",
+        "sigma0",
+        "univariate",
+    )
     settings = TPESettings(
         dim=box.shape[0],
         **{k: arguments[k] for k in shared},
@@ -271,6 +284,7 @@ class FedTPEServer(InboxServer[TPEReport]):
         gamma_max: int = 25,
         sigma0: float = 0.2,
         categorical_eps: float = 0.5,
+        univariate: bool = False,
         kinds: Sequence[str] | None = None,
         levels: Sequence[int | None] | None = None,
         seed: int = 0,
@@ -384,6 +398,7 @@ class FedTPEClient:
         gamma_max: int = 25,
         sigma0: float = 0.2,
         categorical_eps: float = 0.5,
+        univariate: bool = False,
         kinds: Sequence[str] | None = None,
         levels: Sequence[int | None] | None = None,
         seed: int = 0,

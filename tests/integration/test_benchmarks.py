@@ -355,3 +355,31 @@ def test_bench_tuning_runs_tiny_and_reports_every_method(tmp_path) -> None:
         assert cell["auto_vs_tpe"]["verdict"] in ("better", "worse", "tie")
         assert math.isfinite(cell["auto"]["rec_mean"]) and math.isnan(cell["tpe"]["rec_mean"])
     assert "auto vs per-site TPE" in out
+
+
+def test_select_fedtpe_runs_only_on_held_out_tasks(tmp_path) -> None:
+    """select_fedtpe.py (how Fed-TPE's univariate dimension was chosen): one held-out task, one
+    seed, budget 10; a reported task is refused."""
+    pytest.importorskip("ioh")
+    data, out = run_bench(
+        "select_fedtpe.py",
+        "--seeds",
+        "100",
+        "--budget",
+        "10",
+        "--tasks",
+        "bbob-f23-d4",
+        out=tmp_path / "select.json",
+    )
+    values = data["tasks"]["bbob-f23-d4"]
+    assert set(values) == {"joint", "univariate"}
+    assert all(len(v) == 1 and math.isfinite(v[0]) and v[0] >= 0 for v in values.values())
+    assert "bbob-f23-d4, f - f*" in out and "seeds better than joint" in out
+    refused = subprocess.run(
+        [sys.executable, str(BENCH / "select_fedtpe.py"), "--tasks", "bbob-f21-d10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2 and "not a held-out task" in refused.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fedxab
-from fedxab.algorithms.auto import TREE_DIM, TUNING_BUDGET, choose_algorithm
+from fedxab.algorithms.auto import TREE_DIM, TUNING_BUDGET, UNIVARIATE_DIM, choose_algorithm
 from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError
 
@@ -25,6 +25,14 @@ def test_a_tuning_budget_chooses_fedtpe_with_gamma_by_budget():
     large = choose_algorithm(budget=100, dim=6, clients=4, private=False)
     assert large.params["gamma"] == 0.25
     assert choose_algorithm(budget=TUNING_BUDGET, dim=2, clients=1, private=False).name == "fedtpe"
+
+
+def test_fedtpe_models_coordinates_one_by_one_from_the_univariate_dimension():
+    def univariate(dim: int) -> bool:
+        return choose_algorithm(budget=50, dim=dim, clients=4, private=False).params["univariate"]
+
+    assert not univariate(UNIVARIATE_DIM - 1)
+    assert univariate(UNIVARIATE_DIM) and univariate(TREE_DIM + 1)
 
 
 def test_tiny_budgets_still_fit_the_initial_and_consensus_evaluations():
@@ -110,7 +118,7 @@ def test_the_api_defaults_to_auto_and_results_keep_the_choice():
         clients=2,
         budget=12,
         algorithm="fedtpe",
-        params={"consensus": 3, "n_init": 5},
+        params=results.to_dict()["algorithm_choice"]["params"],
     )
     assert explicit.to_dict()["algorithm_choice"] is None
     assert explicit.runs[0].recommendation == pytest.approx(results.runs[0].recommendation)

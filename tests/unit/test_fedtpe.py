@@ -73,6 +73,44 @@ def test_samples_follow_the_density():
         assert np.mean(X[:, 1] == (k + 0.5) / 4) == pytest.approx(mass, abs=0.01)
 
 
+def test_univariate_bandwidths_are_the_wider_neighbour_gap_clipped():
+    """[TPE] §4.2: each kernel's sd is the greater distance to its neighbours (the ends 0 and 1
+    count), clipped below at 1 / min(100, n + 1): here n = 3, so at 0.25."""
+    est = ParzenEstimator(
+        np.array([[0.3], [0.2], [0.7]]), np.ones(3), ["float"], [None], univariate=True
+    )
+    assert est._sigmas(0) == pytest.approx([0.4, 0.25, 0.4, 1.0])  # the prior's last
+
+
+def test_the_univariate_density_is_the_product_of_its_marginals():
+    """log p(x) = sum_j log p_j(x_j), each p_j the one-dimensional estimator of coordinate j;
+    seeded draws' histogram on the discrete coordinate within 0.01 of its cell masses."""
+    centres = snap(np.array([[0.2, 0.1], [0.8, 0.9], [0.5, 0.6]]), [None, 4])
+    w = np.array([3.0, 1.0, 2.0])
+    kinds, levels = ["float", "int"], [None, 4]
+    est = ParzenEstimator(centres, w, kinds, levels, univariate=True)
+    marginals = [
+        ParzenEstimator(centres[:, [j]], w, [kinds[j]], [levels[j]], univariate=True)
+        for j in range(2)
+    ]
+    X = est.sample(np.random.default_rng(0), 20_000)
+    expected = marginals[0].log_pdf(X[:, [0]]) + marginals[1].log_pdf(X[:, [1]])
+    assert est.log_pdf(X) == pytest.approx(expected, abs=1e-12)
+    for k in range(4):
+        mass = np.exp(marginals[1].log_pdf(np.array([[(k + 0.5) / 4]])))[0]
+        assert np.mean(X[:, 1] == (k + 0.5) / 4) == pytest.approx(mass, abs=0.01)
+    grid = (np.arange(20_000) + 0.5) / 20_000
+    assert np.exp(marginals[0].log_pdf(grid[:, None])).mean() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_far_integer_value_keeps_a_finite_density():
+    """Normalised in log space: a narrow kernel's far cells do not underflow to log 0."""
+    est = ParzenEstimator(
+        snap(np.array([[0.0]]), [200]), np.ones(1), ["int"], [200], sigma0=1e-3
+    )  # sd one cell: the last cell is 199 sd away
+    assert np.isfinite(est._level_table(0)).all()
+
+
 def test_categories_have_no_order():
     """A categorical kernel puts the same mass on every other category, near or far."""
     est = ParzenEstimator(snap(np.array([[0.0]]), [5]), np.ones(1), ["categorical"], [5])
