@@ -65,6 +65,7 @@ import numpy as np
 from fedxab.algorithms.auto import AUTO, choose_algorithm
 from fedxab.algorithms.registry import (
     FEDERATED,
+    NO_PARTICIPATION,
     PRIVATE,
     is_federated,
     make_federation,
@@ -636,6 +637,15 @@ class FederationConfig(Section):
     unset means true. false: local regret only, for figures that need only it where the global
     objective is expensive (landmine's is the mean of every field's SVM: M fits per pull). The
     algorithm's course, the local regret and the epsilons are the same either way."""
+    participation: float | None = None
+    """The fraction q in (0, 1] of the clients the server asks each phase: each client is asked
+    independently with probability q, drawn from the run seed (Poisson sampling,
+    :mod:`fedxab.run.participation`); unset means 1, every client."""
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the server asks only a sample of the clients each phase (participation < 1)."""
+        return self.participation is not None and self.participation < 1
 
     _ONLY_WITH: ClassVar[dict[str, str]] = {
         "perturbation": "gp-perturbed",
@@ -688,6 +698,12 @@ class FederationConfig(Section):
                 raise ConfigError(
                     f"federation.{key}", f"unknown value {value!r}; allowed: {', '.join(allowed)}"
                 )
+        q = self.participation
+        if q is not None and not 0.0 < q <= 1.0:
+            raise ConfigError(
+                "federation.participation",
+                f"must be a fraction of the clients in (0, 1], got {q!r}",
+            )
         alpha = self.mixture_alpha
         if alpha is not None and not 0.0 <= alpha <= 1.0:
             raise ConfigError(
@@ -1123,6 +1139,12 @@ class Config:
                 )
         self._check_release_best()
         fed = self.federation
+        if fed is not None and fed.sampled and name_ in NO_PARTICIPATION:
+            raise ConfigError(
+                "federation.participation",
+                f"{name_!r} asks every client each phase ({NO_PARTICIPATION[name_]}); "
+                "remove participation or choose fedpne or dpfedpne",
+            )
         if self.objective.is_user and fed is not None and fed.heterogeneity != "none":
             raise ConfigError(
                 "federation.heterogeneity",

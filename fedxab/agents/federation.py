@@ -212,7 +212,8 @@ class Federation:
             if telemetry is not None:
                 self.sums.add(telemetry)
             self._observed_best[m] = best
-            reports.append((m, report))
+            if report is not None:  # None: the client was not asked in this phase
+                reports.append((m, report))
         return reports
 
     def _run(self, observer: RunObserver, workers: ClientWorkers | None) -> RunRecord:

@@ -37,9 +37,9 @@ from fedxab.run.session import ClientSession
 
 __all__ = ["Answer", "ClientWorkers", "WorkerError", "answer_client", "check_workers"]
 
-Answer = tuple[int, bytes, Telemetry | None, float | None]
-"""One client's answer to a phase: (client, encoded report, telemetry of its pulls, best value
-it has observed so far)."""
+Answer = tuple[int, bytes | None, Telemetry | None, float | None]
+"""One client's answer to a phase: (client, encoded report or None if it was not asked,
+telemetry of its pulls, best value it has observed so far)."""
 
 
 class WorkerError(FedxabError, RuntimeError):
@@ -131,7 +131,8 @@ def answer_client(hosted: ClientSession, name: str, wire: bytes, m: int) -> Answ
     for it alone), ``hosted`` being the session that holds it: in a worker, or in the
     in-process runner itself."""
     report, telemetry, _ = hosted.answer(m, decode_broadcast(name, unpackb(wire)))
-    return m, packb(report.to_wire()), telemetry, hosted.evaluators[m].observed.best
+    payload = None if report is None else packb(report.to_wire())  # None: not asked
+    return m, payload, telemetry, hosted.evaluators[m].observed.best
 
 
 class ClientWorkers:

@@ -16,6 +16,12 @@ A client may withdraw (:class:`~fedxab.algorithms.protocol.Withdrawal`, e.g. DP-
 out of privacy budget): the barrier then waits for the others, (C) averages the reports received
 and (D)'s width counts the pulls behind them; once every client has withdrawn the run finishes.
 
+Partial participation (``[federation] participation``, :mod:`fedxab.run.participation`): the
+run asks a sample of the clients each phase (``ask``); (C) averages the asked clients' reports and
+(D)'s width counts their pulls; a client not asked skips the phase (``skip``), whose pulls
+(``phase_pulls``) still count against its schedule; a phase that asks nobody spends its pulls
+and asks the same nodes again.
+
 ``depth_counting``: ``"true"`` (default) uses the true depth of the active nodes in every
 formula; ``"literal"`` reproduces the paper's counter, one larger than the true depth.
 The recommendation is the centre of the best node of the last completed phase.
@@ -164,6 +170,11 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         assert self._current is not None
         return len(self._current.nodes) * self._current.pulls_per_node
 
+    def phase_pulls(self) -> int:
+        """Pulls the open phase asks of each client (fewer in a phase the horizon truncates):
+        what a client not asked in it does not make."""
+        return min(self.budget - self.used, self.phase_length)
+
     @property
     def truncated(self) -> bool:
         """Whether the current phase ends the horizon before it completes."""
@@ -187,11 +198,16 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         """Aggregate the reports received (all, or a quorum) and open the next phase."""
         if self._finished is not None:
             return self._finished
-        if self._inbox.expected == 0:
+        if self._inbox.in_run == 0:
             return self._finish("withdrawn")
-        reports = self._inbox.in_order()  # a fixed client order (determinism)
         if self.truncated:
             return self._finish()
+        if self._inbox.expected == 0:
+            # a phase that asked nobody still in the run (partial participation): its pulls
+            # are spent, and the same nodes are asked in the next phase
+            self.used += self.phase_length
+            return self._finish() if self.used >= self.budget else self._next_phase()
+        reports = self._inbox.in_order()  # a fixed client order (determinism)
         means = np.mean([r.means for r in reports], axis=0)
         t_h = self._current.pulls_per_node  # type: ignore[union-attr]
         width = 0.0 if self.noise_free else float(self.constants.width(len(reports) * t_h))

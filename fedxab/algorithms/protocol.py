@@ -15,7 +15,7 @@ it). They carry summary statistics only: a raw reward never leaves a client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -263,10 +263,18 @@ class ReportInbox(Generic[R]):
         self.phase: int | None = None
         self._reports: dict[int, R] = {}
         self.withdrawn: dict[int, Withdrawal] = {}
+        self.asked: frozenset[int] | None = None
+        """The clients asked in the open phase (partial participation), None: every client."""
 
     def open(self, phase: int) -> None:
         self.phase = phase
         self._reports = {}
+        self.asked = None
+
+    def ask(self, clients: Iterable[int]) -> None:
+        """Ask only ``clients`` in the open phase: the barrier waits for them alone and a
+        report from any other client is refused."""
+        self.asked = frozenset(clients)
 
     def close(self) -> None:
         self.phase = None
@@ -287,6 +295,8 @@ class ReportInbox(Generic[R]):
             if report == earlier:
                 return False  # a redelivered withdrawal
             raise ProtocolError(f"client {client} withdrew at phase {earlier.phase}")
+        if self.asked is not None and client not in self.asked:
+            raise ProtocolError(f"client {client} was not asked in phase {self.phase}")
         if isinstance(report, Withdrawal) and client in self._reports:
             raise ProtocolError(f"client {client} withdrew after reporting phase {self.phase}")
         return client not in self._reports
@@ -302,9 +312,17 @@ class ReportInbox(Generic[R]):
         return True
 
     @property
-    def expected(self) -> int:
-        """Clients still in the run: those whose reports the barrier waits for."""
+    def in_run(self) -> int:
+        """Clients still in the run (not withdrawn)."""
         return self.n_clients - len(self.withdrawn)
+
+    @property
+    def expected(self) -> int:
+        """The clients whose reports the barrier waits for: those still in the run, or of
+        them the ones asked in the open phase."""
+        if self.asked is None:
+            return self.in_run
+        return sum(m not in self.withdrawn for m in self.asked)
 
     def ready(self) -> bool:
         return len(self._reports) == self.expected
@@ -342,8 +360,12 @@ class InboxServer(Generic[R]):
         """Raise :class:`ProtocolError` unless a new report's content fits the open phase."""
 
     def ready(self) -> bool:
-        """The phase barrier: every client still in the run has reported."""
+        """The phase barrier: every client still in the run (and asked) has reported."""
         return self._inbox.ready()
+
+    def ask(self, clients: Iterable[int]) -> None:
+        """Ask only ``clients`` in the open phase (:meth:`ReportInbox.ask`)."""
+        self._inbox.ask(clients)
 
     @property
     def reported(self) -> int:
@@ -397,6 +419,12 @@ class ReplyCache(Generic[R]):
     def put(self, phase: int, report: R) -> R:
         self.phase, self.report = phase, report
         return report
+
+    def skip(self, phase: int) -> None:
+        """``phase`` was not asked of this client: it answered nothing, and the next phase
+        follows it."""
+        self.get(phase)  # refuses a stale or out-of-order broadcast
+        self.phase, self.report = phase, None
 
 
 def evaluate_checked(evaluate: Evaluate, X: np.ndarray) -> np.ndarray:

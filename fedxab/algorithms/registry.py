@@ -60,6 +60,7 @@ from fedxab.errors import ConfigError, ProtocolError
 __all__ = [
     "ALGORITHMS",
     "FEDERATED",
+    "NO_PARTICIPATION",
     "PRIVATE",
     "WIRE_TYPES",
     "algorithm_parameters",
@@ -93,6 +94,28 @@ PRIVATE = {"dpfedpne": "client", "dpftsde": "server"}
 """Federated algorithms that release privacy events (they take a ``[privacy]`` section), and who
 releases: each client (local DP: every client gets a :class:`~fedxab.privacy.release.ReleaseGate`)
 or the trusted server (central DP: the server gets one gate per client, ``server.gates``)."""
+
+NO_PARTICIPATION: dict[str, str] = {
+    "pfpne": "its server fits each client's personalized tree from that client's reports in "
+    "every phase",
+    "pfhct": "its server fits each client's personalized tree from that client's reports in "
+    "every phase",
+    "parallel": "its m players pull disjoint parts of one schedule: a player not asked leaves "
+    "a hole in it",
+    "fed1ucb": "each client's arm statistics are merged every round; a skipped round has no "
+    "statistic",
+    "local-hct": "a baseline with no server decision to sample for",
+    "central-hct": "the central baseline pulls one shared point per round from every client",
+    "ftsde": "each agent runs a BO iteration every round; sample the aggregate with dpftsde's "
+    "algorithm.q instead",
+    "dpftsde": "its secret Poisson subsample algorithm.q is the paper's partial participation, "
+    "amplified in the ledger; set algorithm.q instead",
+    "ts": "a baseline without communication",
+    "fedtpe": "each site's trials are merged every phase; not supported yet",
+}
+"""Federated algorithms that refuse ``[federation] participation < 1``, and why (one line each).
+Every other federated algorithm (Fed-PNE, DP-Fed-PNE) asks a sample of its clients each phase:
+its server takes ``ask(clients)`` and ``phase_pulls()``, its clients ``skip(broadcast)``."""
 
 WIRE_TYPES: dict[str, tuple[type[WireMessage], type[WireMessage]]] = {
     "fedpne": (FedPNEBroadcast, FedPNEReport),

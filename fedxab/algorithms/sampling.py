@@ -60,6 +60,9 @@ class NodeSamplingClient:
         self.budget = check_positive_int("run.budget", budget)
         self.partition = partition or Partition(domain, k=k, split=split, seed=seed, edges=edges)
         self.used = 0
+        self.skipped = 0
+        """Pulls of the phases this client was not asked in (partial participation): they
+        leave the shared schedule, so the client's horizon ends with the server's."""
         self.withdrawal: Withdrawal | None = None
         self._replies: ReplyCache[MeansReport] = ReplyCache()
 
@@ -77,7 +80,7 @@ class NodeSamplingClient:
         if len(nodes) and int(nodes.max()) > self.partition.k**depth:
             raise ProtocolError(f"node index {int(nodes.max())} does not exist at depth {depth}")
         n_nodes = len(nodes)
-        n_pulls = min(self.budget - self.used, n_nodes * t_h)
+        n_pulls = min(self.budget - self.used - self.skipped, n_nodes * t_h)
         if n_pulls == n_nodes * t_h:
             reason = self._refusal(broadcast.phase)
             if reason is not None:
@@ -92,6 +95,16 @@ class NodeSamplingClient:
         else:
             report = self.report_class(broadcast.phase, self.client_id, False)
         return self._replies.put(broadcast.phase, report)
+
+    def skip(self, broadcast: Any) -> None:
+        """Not asked in ``broadcast``'s phase: pull nothing, release nothing, send nothing;
+        the phase's pulls count against the schedule as the server counts them
+        (``FedPNEServer.phase_pulls``). A redelivered broadcast changes nothing."""
+        if self.withdrawal is not None or self._replies.phase == broadcast.phase:
+            return
+        self._replies.skip(broadcast.phase)
+        wanted = len(broadcast.nodes) * broadcast.pulls_per_node
+        self.skipped += min(self.budget - self.used - self.skipped, wanted)
 
     def _refusal(self, phase: int) -> str | None:
         """Why the client refuses to release phase ``phase``'s statistics, or None (it may)."""

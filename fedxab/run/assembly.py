@@ -33,6 +33,7 @@ from fedxab.objectives.user import load_function, user_objectives
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.run.evaluation import ClientEvaluator, GlobalValues, RegretSums
+from fedxab.run.participation import Participation
 from fedxab.run.session import ClientSession, ServerSession
 
 if TYPE_CHECKING:
@@ -174,6 +175,8 @@ def build_run(
         edges=None if config.search_space is None else config.search_space.edges,
         categories=None if config.search_space is None else config.search_space.categories,
     )
+    q = fed.participation
+    participation = None if q is None or q >= 1 else Participation(seed, n_clients, q)
     releaser = PRIVATE.get(name)
     run_ledger, gates = None, {}
     if config.privacy is not None and (
@@ -215,7 +218,9 @@ def build_run(
         }
         logs = {m: getattr(family.clients[m], "trials", None) for m in ids}  # a user's calls
         trials = {m: log for m, log in logs.items() if log is not None}
-        client_session = ClientSession(dict(zip(ids, clients, strict=True)), evaluators, trials)
+        client_session = ClientSession(
+            dict(zip(ids, clients, strict=True)), evaluators, trials, participation
+        )
     server_session = None
     if server:
         global_known, local_known = regret_known(family, config)
@@ -229,6 +234,7 @@ def build_run(
             budget=budget,
             family=family,
             sums=sums,
+            participation=participation,
         )
     return RunParts(server_session, client_session, run_ledger, gates, family)
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from fedxab.run.evaluation import ClientEvaluator, RegretSums, Telemetry
     from fedxab.run.observe import RunObserver
     from fedxab.run.outcome import ClientOutcome
+    from fedxab.run.participation import Participation
 
 __all__ = [
     "REPORT_OUTCOMES",
@@ -99,6 +100,7 @@ class ServerSession:
         budget: int,
         family: ClientFamily | None,
         sums: RegretSums,
+        participation: Participation | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.server = server
@@ -117,12 +119,40 @@ class ServerSession:
         self.withheld: dict[str, Any] | None = None
         """The fields of the record this server does not have, and why (local DP: a client's
         outcome and regret terms stay with it, :func:`~fedxab.run.outcome.stays_local`)."""
+        self.participation = participation
+        """Who is asked each phase (``[federation] participation`` < 1), None: every client."""
+        self.asked: list[int] = []
+        """The clients asked in the open phase (every active client at full participation)."""
+        self.skipped = np.zeros(n_clients, dtype=np.int64)
+        """Per client: the pulls of the phases it was not asked in (it did not make them)."""
+
+    def _opened(self) -> Any:
+        """After a phase opened (or the run finished): who is asked in it."""
+        if self.finished is not None:
+            self.asked = []
+        elif self.participation is None:
+            self.asked = self.active
+        else:
+            self.asked = self.participation.asked(self.phase, self.active)
+            self.server.ask(self.asked)
+        return self.msg
+
+    def _skip_unasked(self) -> None:
+        """Before the open phase closes: charge its pulls to the schedule of every active
+        client not asked in it."""
+        if self.participation is None:
+            return
+        pulls = self.server.phase_pulls()
+        asked = set(self.asked)
+        for m in self.active:
+            if m not in asked:
+                self.skipped[m] += pulls
 
     # ------------------------------------------------------------------------------ phases
     def start(self) -> Any:
         """Open the first phase; its broadcast."""
         self.msg = self.server.start()
-        return self.msg
+        return self._opened()
 
     @property
     def finished(self) -> Finished | None:
@@ -168,13 +198,13 @@ class ServerSession:
 
     def barrier_met(self, open_for_s: float, deadline_s: float | None, quorum: float) -> bool:
         """Whether the open phase may close: the state machine has every report it waits for,
-        or the phase has been open ``deadline_s`` and a ``quorum`` (fraction of the active
+        or the phase has been open ``deadline_s`` and a ``quorum`` (fraction of the asked
         clients, rounded up) reported."""
         if self.server.ready():
             return True
         if deadline_s is None or open_for_s < deadline_s:
             return False
-        needed = max(1, math.ceil(quorum * len(self.active) - 1e-9))
+        needed = max(1, math.ceil(quorum * len(self.asked) - 1e-9))
         return len(self.accepted) >= needed
 
     def close_phase(self, broadcast_bytes: int, messages_down: int) -> ClosedPhase:
@@ -193,7 +223,9 @@ class ServerSession:
         closed = ClosedPhase(self.phase, accepted, counts.to_dict())
         self.phases.append(counts)
         self.accepted = {}
+        self._skip_unasked()
         self.msg = self.server.close_phase()
+        self._opened()
         return closed
 
     def restore(self, closed: ClosedPhase) -> None:
@@ -201,7 +233,9 @@ class ServerSession:
         for m, payload in sorted(closed.reports.items()):
             self.server.receive(m, decode_report(self.algorithm, unpackb(payload)))
         self.phases.append(PhaseCommunication(**closed.counts))
+        self._skip_unasked()
         self.msg = self.server.close_phase()
+        self._opened()
 
     # --------------------------------------------------------------------- what clients send
     def add_telemetry(self, telemetry: Telemetry, *, checked: bool = False) -> bool:
@@ -223,8 +257,14 @@ class ServerSession:
         return dataclasses.replace(phase, evaluations=made)
 
     def expected_use(self) -> np.ndarray:
-        """Evaluations each client must have made at the end (:func:`expected_use`)."""
-        return expected_use(self.n_clients, self.budget, self.withdrawn)
+        """Evaluations each client must have made at the end (:func:`expected_use`), less
+        the pulls of the phases it was not asked in."""
+        withdrawn = self.withdrawn
+        expected = expected_use(self.n_clients, self.budget, withdrawn)
+        stayed = np.ones(self.n_clients, dtype=bool)
+        stayed[list(withdrawn)] = False
+        expected[stayed] -= self.skipped[stayed]
+        return expected
 
     def record(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
         """The run's record, once it is finished and the telemetry is in."""
@@ -262,7 +302,10 @@ class ClientSession:
         clients: dict[int, Any],
         evaluators: dict[int, ClientEvaluator],
         trials: dict[int, TrialLog] | None = None,
+        participation: Participation | None = None,
     ) -> None:
+        self.participation = participation
+        """Who is asked each phase, drawn as the server draws it; None: every client."""
         self.clients = clients
         self.evaluators = evaluators
         self.trials = trials or {}
@@ -273,7 +316,18 @@ class ClientSession:
         """Client ``m``'s report for ``broadcast`` (None once it withdrew), the telemetry of
         the pulls it made for it, and whether that telemetry is new: a redelivered broadcast is
         answered from the client's reply cache, pulls nothing and repeats its last telemetry.
-        The state machine's errors propagate (the caller decides what a rejection means)."""
+        The state machine's errors propagate (the caller decides what a rejection means).
+
+        A client not asked in the broadcast's phase (partial participation) skips it: it pulls
+        nothing and answers nothing (None, None, False)."""
+        participation = self.participation
+        if (
+            participation is not None
+            and not isinstance(broadcast, Finished)
+            and not participation.asks(m, int(broadcast.phase))
+        ):
+            self.clients[m].skip(broadcast)
+            return None, None, False
         report = self.clients[m].answer(broadcast, self.evaluators[m])
         if report is None:
             return None, None, False

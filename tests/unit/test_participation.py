@@ -1,0 +1,142 @@
+"""Partial participation (``[federation] participation = q``): the asked sets are drawn from the
+run seed (Poisson sampling), only asked clients pull and report, the barrier waits for them
+alone, and every transport gives the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+from config_factory import sim_config
+
+from fedxab.agents.distributed import run_on_broker
+from fedxab.agents.federation import Federation
+from fedxab.algorithms.registry import NO_PARTICIPATION
+from fedxab.broker.faults import FaultyBroker
+from fedxab.broker.memory import MemoryBroker
+from fedxab.errors import ConfigError
+from fedxab.privacy.accountants import make_accountant
+from fedxab.privacy.mechanisms import GaussianMechanism
+from fedxab.run.participation import Participation
+
+SEED, CLIENTS, BUDGET, Q = 3, 10, 2000, 0.3
+
+
+def _config(q: float | None = Q, algorithm: str = "fedpne", budget: int | None = BUDGET, **kwargs):
+    federation = {} if q is None else {"participation": q}
+    return sim_config(
+        algorithm, clients=CLIENTS, budget=budget or 800, federation=federation, **kwargs
+    )
+
+
+def test_the_draw_is_a_seeded_poisson_sample():
+    sample = Participation(seed=7, n_clients=10_000, rate=0.1)
+    asked = sample.asked(5, range(10_000))
+    assert asked == Participation(7, 10_000, 0.1).asked(5, range(10_000))  # reproducible
+    assert asked != sample.asked(6, range(10_000))  # a fresh draw per phase
+    # Binomial(10000, 0.1): mean 1000, sd 30; 4 sd either side
+    assert 880 <= len(asked) <= 1120
+    # a client's draw depends only on (seed, phase, id), not on who else is in the run
+    assert sample.asked(5, range(0, 10_000, 2)) == [m for m in asked if m % 2 == 0]
+    assert all(sample.asks(m, 5) == (m in set(asked)) for m in range(0, 10_000, 97))
+
+
+@pytest.mark.parametrize("name", sorted(NO_PARTICIPATION))
+def test_an_algorithm_that_asks_every_client_refuses_a_sample(name):
+    with pytest.raises(ConfigError, match=r"^federation\.participation: ") as info:
+        _config(0.5, name)
+    assert NO_PARTICIPATION[name] in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("q", [0.0, 1.5, -0.1])
+def test_a_rate_outside_0_1_is_refused(q):
+    with pytest.raises(ConfigError, match=r"federation\.participation: .*\(0, 1\]"):
+        _config(q)
+
+
+def test_only_the_asked_clients_pull_and_report_and_the_transports_agree():
+    config = _config()
+    federation = Federation(config, SEED)
+    in_process = federation.run()
+
+    async def on_broker():
+        async with MemoryBroker() as broker:
+            return await run_on_broker(config, SEED, broker)
+
+    on_memory = asyncio.run(on_broker())
+    sample = Participation(SEED, CLIENTS, Q)
+    phases = in_process.communication["per_phase"]
+    asked = [sample.asked(p["phase"], range(CLIENTS)) for p in phases]
+    assert [p["reports_accepted"] for p in phases] == [len(a) for a in asked]
+    assert any(len(a) < CLIENTS for a in asked)
+    # every phase's pulls come from its asked clients only: each made the phase's pulls
+    used = np.zeros(CLIENTS, dtype=np.int64)
+    for p, who in zip(phases, asked, strict=True):
+        assert p["evaluations"] % max(1, len(who)) == 0
+        used[who] += p["evaluations"] // max(1, len(who))
+    assert np.array_equal(federation.used, used)
+    assert int(used.sum()) == in_process.evaluations < CLIENTS * BUDGET
+    assert in_process.regret_coverage is None  # every pull a client made is counted
+    # the embedded broker: the same run, bit for bit
+    assert _without_time(on_memory) == _without_time(in_process)
+
+
+def _without_time(record) -> dict:
+    d = record.to_dict()
+    d.pop("wall_time_s")
+    return d
+
+
+def test_redelivered_and_reordered_messages_change_nothing_with_a_sample():
+    config = _config(0.5, budget=None)
+    broker = FaultyBroker(MemoryBroker(), reorder_window=5, duplicate=0.5, seed=2)
+    record = asyncio.run(run_on_broker(config, SEED, broker, hosts=3))
+    assert broker.injected["duplicated"] > 0 and broker.injected["reordered"] > 0
+    assert _without_time(record) == _without_time(Federation(config, SEED).run())
+
+
+def test_full_participation_is_the_run_without_the_setting():
+    with_one = Federation(_config(1.0), SEED).run()
+    without = Federation(_config(None), SEED).run()
+    assert np.array_equal(with_one.cumulative_regret, without.cumulative_regret)
+    assert with_one.evaluations == CLIENTS * BUDGET
+
+
+EPSILON, PRIVACY_DELTA = 0.5, 1e-3
+
+
+def _released(k: int) -> float:
+    """The epsilon of k sequentially composed DP-Fed-PNE releases, by the runs' accountant."""
+    if k == 0:
+        return 0.0
+    event = GaussianMechanism.calibrated(EPSILON, PRIVACY_DELTA).event("run")
+    return make_accountant("rdp").epsilon([dataclasses.replace(event, count=k)], PRIVACY_DELTA)
+
+
+def test_local_dp_charges_a_client_only_the_phases_it_was_asked_in():
+    q = 0.2
+    params = {"epsilon": EPSILON, "privacy_delta": PRIVACY_DELTA, "composition": "sequential"}
+    federation = Federation(_config(q, "dpfedpne", params=params, privacy={}), SEED)
+    record = federation.run()
+    sample = Participation(SEED, CLIENTS, q)
+    phases = [p["phase"] for p in record.communication["per_phase"]]
+    ledger, run = federation.run_ledger.ledger, federation.run_ledger.run
+    privacy = record.privacy
+    never = [m for m in range(CLIENTS) if not any(sample.asks(m, p) for p in phases)]
+    assert never, "the seed should leave some client never asked"
+    for m in range(CLIENTS):
+        asked = {p for p in phases if sample.asks(m, p)}
+        released = {row[0] for row in ledger.history(run, m)}
+        # released in the asked phases, but the last phase if the horizon truncated it
+        assert asked - {phases[-1]} <= released <= asked
+        assert privacy["releases"][m] == len(released)
+        assert privacy["epsilon"][m] == pytest.approx(_released(len(released)), rel=1e-12)
+    for m in never:
+        assert privacy["releases"][m] == 0 and privacy["epsilon"][m] == 0.0
+    # no amplification by the (public) sample: an asked client pays a full release, and a client
+    # asked in fewer phases than the run has pays less than the full-participation client
+    full = _released(len(phases) - 1)
+    assert max(privacy["epsilon"]) < full
