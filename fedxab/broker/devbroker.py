@@ -8,6 +8,11 @@ The broker always listens on the loopback interface (``127.0.0.1``), never on ev
 Its storage is in memory: stopping or restarting it (:meth:`DevBroker.restart`) loses every topic,
 record and committed offset.
 
+Stopping: :meth:`DevBroker.stop` sends the broker SIGINT, on which Tansu exits at once; on SIGTERM
+it waits up to 5 s for its open connections to close first (measured with one idle client
+connection: 5.0 s). A broker that has not exited after the timeout, or when a second Ctrl-C
+interrupts the wait, is killed.
+
 Behaviour of this broker worth knowing (Tansu 0.6 with aiokafka 0.14):
 
 - topics, keys, consumer groups, manual commits, rebalancing and resuming from a committed offset
@@ -255,23 +260,26 @@ class DevBroker:
         )
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` s); idempotent.
+        """Stop the broker (SIGINT, then SIGKILL after ``timeout`` s or at once if the wait is
+        interrupted, e.g. by a second Ctrl-C); idempotent.
 
         Every topic, record and committed offset is lost.
         """
         atexit.unregister(self.stop)
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
+        try:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGINT)  # Tansu exits at once (SIGTERM: up to 5 s)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout)
+        finally:
+            if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
+            if self._log is not None:
+                with contextlib.suppress(OSError):
+                    self._log.close()
+                self._log = None
 
     def restart(self) -> None:
         """Stop the broker and start a fresh one on the same port.

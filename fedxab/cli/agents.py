@@ -258,13 +258,20 @@ def _print_clients_results(
 
 def dev_broker(port: _PortOption = None) -> None:
     """Start a local Kafka-compatible dev broker (in-memory) on 127.0.0.1 until Ctrl-C."""
+    with errors_as_exit_code():
+        interruptible(lambda: _serve_dev_broker(port))
+
+
+def _serve_dev_broker(port: int | None) -> None:
+    """Start the dev broker, print its address and wait on it; Ctrl-C or SIGTERM (here from the
+    start, so also while it starts) stops it, a second Ctrl-C kills it (``DevBroker.stop``)."""
     from fedxab.broker.devbroker import DevBroker
 
-    with errors_as_exit_code(), DevBroker(port) as dev:
+    with DevBroker(port) as dev:
         make_console().print(
             f"dev broker listening on {dev.address} (in-memory; Ctrl-C stops it)\n"
             f"use: --broker {dev.url}",
             soft_wrap=True,
             markup=False,
         )
-        interruptible(dev.watch)
+        dev.watch()
