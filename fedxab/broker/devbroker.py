@@ -11,7 +11,11 @@ record and committed offset.
 Stopping: :meth:`DevBroker.stop` sends the broker SIGINT, on which Tansu exits at once; on SIGTERM
 it waits up to 5 s for its open connections to close first (measured with one idle client
 connection: 5.0 s). A broker that has not exited after the timeout, or when a second Ctrl-C
-interrupts the wait, is killed.
+interrupts the wait, is killed. On Linux the broker is started with a parent-death signal
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so it dies with the process that started it from its main
+thread even when that process is killed (SIGKILL) and cannot stop it; elsewhere, and when started
+from another thread (the signal follows the starting thread, which may end before the process),
+a broker whose parent was killed keeps running until it is stopped by hand.
 
 Behaviour of this broker worth knowing (Tansu 0.6 with aiokafka 0.14):
 
@@ -34,13 +38,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import IO
 
@@ -75,6 +83,32 @@ def _check_port_free(port: int) -> None:
                 f"port {port} on {_HOST} is already in use ({exc.strerror}); choose another "
                 "--port, or stop what listens there"
             ) from None
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this thread ends (Linux only, and
+    only from the main thread, which lives as long as the process); None where it cannot.
+
+    The child checks its parent afterwards: had the parent died between the fork and the
+    ``prctl`` call, no signal would ever come.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc, loaded before fork
+    parent = os.getpid()
+
+    def in_child() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return in_child
 
 
 def _broker_binary() -> str:
@@ -207,6 +241,7 @@ class DevBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "NO_COLOR": "1"},  # plain text in error messages
+            preexec_fn=_die_with_parent(),  # runs prctl and getppid only
         )
         atexit.register(self.stop)
         try:

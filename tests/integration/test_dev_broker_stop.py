@@ -1,7 +1,8 @@
 """`fedxab broker` and its Tansu child stop together, with real processes on a free loopback
 port: SIGINT or SIGTERM stops both and frees the port (it used to take 5 s or more with a client
 connected: the broker was sent SIGTERM, on which Tansu first waits 5 s for its connections to
-close), and a second Ctrl-C kills a broker that does not stop. Every test stops what it started,
+close), a second Ctrl-C kills a broker that does not stop, and a SIGKILLed `fedxab broker` leaves
+no Tansu behind (it used to keep running, and keep the port). Every test stops what it started,
 also when it fails. The bounds (10 s) are generous: they catch a broker left running, not a slow
 machine."""
 
@@ -14,15 +15,23 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_procs import log_line, start_cli, until
 
-from fedxab.broker.devbroker import DevBroker, dev_broker_available, free_port
+from fedxab.broker.devbroker import (
+    DevBroker,
+    _advertised_brokers,
+    dev_broker_available,
+    free_port,
+)
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux's"
+)
 
 BOUND = 10.0  # seconds: far above the ~1 s a stop takes, so that load cannot make it flaky
 
@@ -106,6 +115,16 @@ def test_a_signal_stops_fedxab_broker_and_its_tansu_and_frees_the_port(
         assert "Traceback" not in output
 
 
+def test_a_sigkilled_fedxab_broker_leaves_no_tansu_behind(tmp_path: Path) -> None:
+    """SIGKILL gives `fedxab broker` no chance to stop its child: the parent-death signal
+    (``prctl(PR_SET_PDEATHSIG)``) kills Tansu, which frees the port."""
+    with fedxab_broker(tmp_path) as (proc, tansu, port):
+        proc.kill()
+        proc.wait(BOUND)
+        until(lambda: not _alive(tansu), "the orphaned Tansu child to die", timeout=BOUND)
+        until(lambda: _port_free(port), f"port {port} to be free", timeout=BOUND)
+
+
 def test_stop_ends_tansu_cleanly_while_clients_are_connected() -> None:
     """Sent SIGTERM, Tansu waits 5 s for its open connections before it exits, so a stop with a
     4 s timeout had to kill it (exit status -9); sent SIGINT it exits at once, with status 0."""
@@ -136,4 +155,21 @@ def test_an_interrupted_stop_kills_the_broker() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+        dev.stop()
+
+
+def test_a_broker_started_from_a_thread_that_ends_keeps_running() -> None:
+    """Linux sends the parent-death signal when the starting *thread* ends, so a broker started
+    from another thread gets none: it must outlive that thread (and be stopped by ``stop``)."""
+    dev = DevBroker()
+    starter = threading.Thread(target=dev.start)
+    try:
+        starter.start()
+        starter.join(BOUND)
+        assert dev.running
+        time.sleep(0.5)  # a parent-death signal is sent as the thread exits: it would be here
+        assert dev.running
+        assert ("127.0.0.1", dev.port) in _advertised_brokers(dev.port, timeout=BOUND)
+    finally:
+        starter.join(BOUND)
         dev.stop()
