@@ -34,6 +34,9 @@ transport,role,run_id}``                               one); one series at a tim
 ``fedxab_phases_total``                     counter    phases closed (communication rounds)
 ``fedxab_phase_duration_seconds``           histogram  wall time of a phase, broadcast to close
 ``fedxab_phase_reports``                    gauge      server: reports accepted in the open phase
+``fedxab_phase_clients_asked``              gauge      server: clients asked in the last closed
+                                                       phase (``[federation] participation``)
+``fedxab_phase_clients_reported``           gauge      server: reports it accepted of them
 ``fedxab_messages_total{direction}``        counter    messages, ``up`` (client -> server reports)
                                                        and ``down`` (broadcast, once per client)
 ``fedxab_message_bytes_total{direction}``   counter    their encoded payload bytes
@@ -225,6 +228,8 @@ METRICS: dict[str, str] = {
     "fedxab_phases": "Phases (communication rounds) closed.",
     "fedxab_phase_duration_seconds": "Wall time of a phase, from its broadcast to its close.",
     "fedxab_phase_reports": "Reports the server accepted so far in the open phase.",
+    "fedxab_phase_clients_asked": "Clients the server asked in the last closed phase.",
+    "fedxab_phase_clients_reported": "Reports the server accepted in the last closed phase.",
     "fedxab_messages": "Messages: up (client reports) and down (broadcasts, one per client).",
     "fedxab_message_bytes": "Encoded payload bytes of the messages, up and down.",
     "fedxab_reports": "Reports received by the server, by outcome "
@@ -305,6 +310,8 @@ class FederationMetrics(RunObserver):
         self.evaluations = counter("fedxab_evaluations")
         self.phase = gauge("fedxab_phase")
         self.phases = counter("fedxab_phases")
+        self.phase_asked = gauge("fedxab_phase_clients_asked")
+        self.phase_reported = gauge("fedxab_phase_clients_reported")
         self.phase_duration = Histogram(
             "fedxab_phase_duration_seconds",
             METRICS["fedxab_phase_duration_seconds"],
@@ -423,6 +430,10 @@ class FederationMetrics(RunObserver):
             self.phase_duration.observe(duration_s)
         if active is not None:
             self.clients_active.set(active)
+        asked = getattr(counts, "asked", None)
+        if asked is not None:  # a server's view: who it asked, and who reported
+            self.phase_asked.set(asked)
+            self.phase_reported.set(getattr(counts, "reports_accepted", 0))
 
     def on_phase_reports(self, n: int) -> None:
         """``n`` reports accepted so far in the open phase."""

@@ -57,6 +57,9 @@ class PhaseCommunication:
     """Reports the server accepted (``receive`` returned True; duplicates are not)."""
     evaluations: int
     """Evaluations made by all clients in this phase."""
+    asked: int | None = None
+    """Clients the server asked in this phase (all those in the run, unless ``[federation]
+    participation`` < 1); None where this view does not know (a client agent's)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,9 +73,11 @@ def phase_communication(
     bytes_up: int,
     accepted: int,
     evaluations: int,
+    asked: int | None = None,
 ) -> PhaseCommunication:
     """One phase's counts: ``broadcast`` went to ``messages_down`` clients (``broadcast_bytes``
-    each), ``messages_up`` reports of ``bytes_up`` bytes in all came back."""
+    each), of whom ``asked`` were asked to report, and ``messages_up`` reports of ``bytes_up``
+    bytes in all came back."""
     depth = getattr(broadcast, "depth", None)
     return PhaseCommunication(
         phase=int(broadcast.phase),
@@ -83,6 +88,7 @@ def phase_communication(
         bytes_down=broadcast_bytes * messages_down,
         reports_accepted=accepted,
         evaluations=evaluations,
+        asked=asked,
     )
 
 

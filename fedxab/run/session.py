@@ -219,6 +219,7 @@ class ServerSession:
             bytes_up=sum(len(p) for p in accepted.values()),
             accepted=len(accepted),
             evaluations=0,  # from the telemetry, in record()
+            asked=len(self.asked),
         )
         closed = ClosedPhase(self.phase, accepted, counts.to_dict())
         self.phases.append(counts)

@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 from config_factory import sim_config
 
-from fedxab.agents.distributed import run_on_broker
+from fedxab.agents.client import ClientAgent
+from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
+from fedxab.agents.server import ServerAgent
 from fedxab.algorithms.registry import NO_PARTICIPATION
 from fedxab.broker.faults import FaultyBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.errors import ConfigError
+from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.mechanisms import GaussianMechanism
 from fedxab.run.participation import Participation
@@ -59,7 +62,8 @@ def test_a_rate_outside_0_1_is_refused(q):
 
 def test_only_the_asked_clients_pull_and_report_and_the_transports_agree():
     config = _config()
-    federation = Federation(config, SEED)
+    metrics = FederationMetrics()
+    federation = Federation(config, SEED, metrics=metrics)
     in_process = federation.run()
 
     async def on_broker():
@@ -71,6 +75,10 @@ def test_only_the_asked_clients_pull_and_report_and_the_transports_agree():
     phases = in_process.communication["per_phase"]
     asked = [sample.asked(p["phase"], range(CLIENTS)) for p in phases]
     assert [p["reports_accepted"] for p in phases] == [len(a) for a in asked]
+    assert [p["asked"] for p in phases] == [len(a) for a in asked]
+    exposition = metrics.exposition()
+    assert _gauge(exposition, "fedxab_phase_clients_asked") == len(asked[-1])
+    assert _gauge(exposition, "fedxab_phase_clients_reported") == len(asked[-1])
     assert any(len(a) < CLIENTS for a in asked)
     # every phase's pulls come from its asked clients only: each made the phase's pulls
     used = np.zeros(CLIENTS, dtype=np.int64)
@@ -82,6 +90,11 @@ def test_only_the_asked_clients_pull_and_report_and_the_transports_agree():
     assert in_process.regret_coverage is None  # every pull a client made is counted
     # the embedded broker: the same run, bit for bit
     assert _without_time(on_memory) == _without_time(in_process)
+
+
+def _gauge(exposition: str, name: str) -> float:
+    (line,) = [x for x in exposition.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[1])
 
 
 def _without_time(record) -> dict:
@@ -140,3 +153,31 @@ def test_local_dp_charges_a_client_only_the_phases_it_was_asked_in():
     # asked in fewer phases than the run has pays less than the full-participation client
     full = _released(len(phases) - 1)
     assert max(privacy["epsilon"]) < full
+
+
+def test_a_server_restarted_from_its_checkpoint_asks_the_same_clients(tmp_path):
+    config = _config(0.5, budget=3000)
+    checkpoint = tmp_path / "server.ckpt"
+
+    async def main():
+        broker = MemoryBroker()
+        run_id = run_id_for(config, SEED)
+        server = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
+        clients = [
+            ClientAgent(config, SEED, broker, run_id=run_id, client_ids=ids)
+            for ids in client_slices(CLIENTS, 2)
+        ]
+        client_tasks = [asyncio.create_task(c.run()) for c in clients]
+        first = asyncio.create_task(server.run())
+        async with asyncio.timeout(20):
+            while len(server.phases) < 2:
+                await asyncio.sleep(0.001)
+        first.cancel()  # the server process dies after its second phase
+        await asyncio.gather(first, return_exceptions=True)
+        restarted = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
+        record = await restarted.run()
+        await asyncio.gather(*client_tasks)
+        return record
+
+    record = asyncio.run(main())
+    assert _without_time(record) == _without_time(Federation(config, SEED).run())
