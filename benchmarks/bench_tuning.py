@@ -29,7 +29,8 @@ mean over sites) compares ``auto`` with ``tpe``: "better"/"worse" at p < 0.05, e
 
 Run: ``.venv/bin/python benchmarks/bench_tuning.py [--quick] [--seeds 0-9] [--budgets 20,50,100]
 [--tasks ...] [--algorithms auto,fedpne,pfhct,ftsde] [--references tpe,random,pooled-tpe|none]
-[--sites 4] [--json OUT]``; ``--json`` is rewritten after every task and budget.
+[--sites 4] [--json OUT]``; ``--json`` is rewritten after every task and budget, and
+``--from-json A.json B.json ...`` prints the tables of separate runs merged, without running.
 """
 
 from __future__ import annotations
@@ -400,6 +401,83 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
+HEADERS = [
+    "method",
+    "per-site best ± 95%",
+    "rec. at sites",
+    "rec./best",
+    "distinct/site",
+    "overhead ms/eval",
+]
+
+
+def summarise(outs: list[Outcome]) -> dict[str, Any]:
+    """One method's cell over the seeds: per-seed mean per-site best, its mean and 95%
+    half-width, the recommendation's mean score at the sites and its ratio to the mean per-site
+    best (ratio of the means), distinct evaluations and overhead per evaluation."""
+    per_seed = np.array([o.best.mean() for o in outs])
+    mean, half = interval(per_seed)
+    recs = [o.rec.mean() for o in outs if o.rec is not None]
+    rec_mean = float(np.mean(recs)) if recs else math.nan
+    return {
+        "per_seed": per_seed.tolist(),
+        "mean": mean,
+        "half_width": half,
+        "rec_mean": rec_mean,
+        "rec_over_best": rec_mean / mean if recs else math.nan,
+        "distinct": float(np.mean([o.distinct for o in outs])),
+        "overhead_ms": float(np.mean([o.overhead_s for o in outs])) * 1e3,
+        "choice": outs[0].choice,
+    }
+
+
+def row(method: str, c: dict[str, Any]) -> list[str]:
+    rec, ratio = c["rec_mean"], c["rec_mean"] / c["mean"]  # a ratio of the means
+    return [
+        method if not c["choice"] else f"{method} ({c['choice']})",
+        f"{c['mean']:.4f} ± {c['half_width']:.4f}",
+        "" if math.isnan(rec) else f"{rec:.4f}",
+        "" if math.isnan(ratio) else f"{ratio:.3f}",
+        f"{c['distinct']:.1f}",
+        f"{c['overhead_ms']:.2f}",
+    ]
+
+
+def render(record: dict[str, Any]) -> None:
+    """Print every task and budget's table and the paired verdicts of ``auto`` against ``tpe``
+    (also from the ``--json`` records of separate runs, merged)."""
+    verdicts = []
+    for name, budgets in record["tasks"].items():
+        maximize = name in SKLEARN
+        for budget, cell in budgets.items():
+            sense = "higher" if maximize else "lower"
+            label = "CV R^2" if name == "knn-diabetes" else "CV accuracy" if maximize else "f - f*"
+            print(f"\n{name}, budget {budget} per site ({label}, {sense} is better)")
+            methods = [m for m in cell if m != "auto_vs_tpe"]
+            print(md_table(HEADERS, [row(m, cell[m]) for m in methods]), flush=True)
+            if "auto" in cell and "tpe" in cell:
+                a, b = np.array(cell["auto"]["per_seed"]), np.array(cell["tpe"]["per_seed"])
+                diff, p, verdict = paired(a, b, maximize)
+                verdicts.append([name, str(budget), f"{diff:+.4f}", f"{p:.3f}", verdict])
+    if verdicts:
+        print(
+            "\nauto vs per-site TPE (Wilcoxon signed-rank over seeds, two-sided, "
+            f"alpha {ALPHA}; diff > 0: auto better)"
+        )
+        print(md_table(["task", "budget", "mean diff", "p", "verdict"], verdicts))
+
+
+def merged(paths: list[Path]) -> dict[str, Any]:
+    """The ``--json`` records of several runs as one (their tasks, budgets and methods)."""
+    record: dict[str, Any] = {"tasks": {}}
+    for path in paths:
+        part = json.loads(path.read_text())
+        for name, budgets in part["tasks"].items():
+            for budget, cell in budgets.items():
+                record["tasks"].setdefault(name, {}).setdefault(budget, {}).update(cell)
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds, budget 20, 2 tasks")
@@ -412,7 +490,13 @@ def main() -> None:
     )
     parser.add_argument("--sites", type=int, default=SITES)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", help="print the tables of runs saved by --json"
+    )
     args = parser.parse_args()
+    if args.from_json:
+        render(merged(args.from_json))
+        return
     seeds = parse_seeds(args.seeds)
     budgets = [int(b) for b in args.budgets.split(",")]
     tasks = args.tasks.split(",")
@@ -434,7 +518,6 @@ def main() -> None:
         "sites": args.sites,
         "tasks": {},
     }
-    verdicts = []
     for name in tasks:
         record["tasks"][name] = {}
         for budget in budgets:
@@ -444,69 +527,15 @@ def main() -> None:
                 for method in methods:
                     results[method].append(run_method(task, method, budget, seed, args.sites))
                 print(f"  {name} budget {budget} seed {seed} done", file=sys.stderr, flush=True)
-            maximize = task.maximize
-            rows, cell = [], {}
-            for method in methods:
-                outs = results[method]
-                per_seed = np.array([o.best.mean() for o in outs])
-                mean, half = interval(per_seed)
-                recs = [o.rec for o in outs if o.rec is not None]
-                if recs:
-                    rec_mean = float(np.mean([r.mean() for r in recs]))
-                    ratio = float(np.mean([(o.rec / o.best).mean() for o in outs]))
-                else:
-                    rec_mean, ratio = math.nan, math.nan
-                distinct = float(np.mean([o.distinct for o in outs]))
-                overhead = float(np.mean([o.overhead_s for o in outs])) * 1e3
-                label = method if not outs[0].choice else f"{method} ({outs[0].choice})"
-                cell[method] = {
-                    "per_seed": per_seed.tolist(),
-                    "mean": mean,
-                    "half_width": half,
-                    "rec_mean": rec_mean,
-                    "rec_over_best": ratio,
-                    "distinct": distinct,
-                    "overhead_ms": overhead,
-                    "choice": outs[0].choice,
-                }
-                rows.append(
-                    [
-                        label,
-                        f"{mean:.4f} ± {half:.4f}",
-                        "" if math.isnan(rec_mean) else f"{rec_mean:.4f}",
-                        "" if math.isnan(ratio) else f"{ratio:.3f}",
-                        f"{distinct:.1f}",
-                        f"{overhead:.2f}",
-                    ]
-                )
-            if "auto" in results and "tpe" in results:
-                a = np.array(cell["auto"]["per_seed"])
-                b = np.array(cell["tpe"]["per_seed"])
-                diff, p, verdict = paired(a, b, maximize)
+            cell: dict[str, Any] = {m: summarise(results[m]) for m in methods}
+            if "auto" in cell and "tpe" in cell:
+                a, b = np.array(cell["auto"]["per_seed"]), np.array(cell["tpe"]["per_seed"])
+                diff, p, verdict = paired(a, b, task.maximize)
                 cell["auto_vs_tpe"] = {"diff": diff, "p": p, "verdict": verdict}
-                verdicts.append([name, str(budget), f"{diff:+.4f}", f"{p:.3f}", verdict])
             record["tasks"][name][str(budget)] = cell
-            sense = "higher" if maximize else "lower"
-            print(f"\n{name}, budget {budget} per site ({task.label}, {sense} is better)")
-            headers = [
-                "method",
-                "per-site best ± 95%",
-                "rec. at sites",
-                "rec./best",
-                "distinct/site",
-                "overhead ms/eval",
-            ]
-            print(md_table(headers, rows), flush=True)
             if args.json is not None:  # after every cell: a long run's finished cells are kept
                 args.json.write_text(json.dumps(record, indent=1))
-    if verdicts:
-        print(
-            "\nauto vs per-site TPE (Wilcoxon signed-rank over seeds, two-sided, "
-            f"alpha {ALPHA}; diff > 0: auto better)"
-        )
-        print(md_table(["task", "budget", "mean diff", "p", "verdict"], verdicts))
-    if args.json is not None:
-        args.json.write_text(json.dumps(record, indent=1))
+    render(record)
 
 
 if __name__ == "__main__":

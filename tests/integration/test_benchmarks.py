@@ -355,6 +355,19 @@ def test_bench_tuning_runs_tiny_and_reports_every_method(tmp_path) -> None:
         assert cell["auto_vs_tpe"]["verdict"] in ("better", "worse", "tie")
         assert math.isfinite(cell["auto"]["rec_mean"]) and math.isnan(cell["tpe"]["rec_mean"])
     assert "auto vs per-site TPE" in out
+    again = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_tuning.py"),
+            "--from-json",
+            str(tmp_path / "tuning.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert again == out[out.index("\nlogreg-wine") :]  # the same tables, not rerun
 
 
 def test_select_fedtpe_runs_only_on_held_out_tasks(tmp_path) -> None:
