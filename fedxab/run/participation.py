@@ -16,7 +16,7 @@ what that means for privacy (no amplification by this sample) is in docs/privacy
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,23 +25,28 @@ from fedxab.seeding import stream
 __all__ = ["Participation"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Participation:
     """The asked sets of run ``seed`` with ``n_clients`` clients and rate ``rate`` (q in (0, 1))."""
 
     seed: int
     n_clients: int
     rate: float
+    _last: tuple[int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
-    def draws(self, phase: int) -> np.ndarray:
-        """Phase ``phase``'s uniforms, one per client id."""
-        return stream(self.seed, "participation", phase).random(self.n_clients)
+    def chosen(self, phase: int) -> np.ndarray:
+        """Phase ``phase``'s sample as a mask over client ids: ``u < q`` for its M uniforms
+        (kept for the phase last asked about: a process hosting many clients draws once)."""
+        if self._last is None or self._last[0] != phase:
+            u = stream(self.seed, "participation", phase).random(self.n_clients)
+            self._last = (phase, u < self.rate)
+        return self._last[1]
 
     def asks(self, client: int, phase: int) -> bool:
         """Whether client ``client`` is asked in phase ``phase``."""
-        return bool(self.draws(phase)[client] < self.rate)
+        return bool(self.chosen(phase)[client])
 
     def asked(self, phase: int, active: Iterable[int]) -> list[int]:
         """The clients of ``active`` asked in phase ``phase``, in increasing order."""
-        chosen = self.draws(phase) < self.rate
+        chosen = self.chosen(phase)
         return sorted(m for m in active if chosen[m])
