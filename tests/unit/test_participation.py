@@ -181,3 +181,41 @@ def test_a_server_restarted_from_its_checkpoint_asks_the_same_clients(tmp_path):
 
     record = asyncio.run(main())
     assert _without_time(record) == _without_time(Federation(config, SEED).run())
+
+
+def test_the_barrier_and_a_quorum_count_the_asked_clients_and_refuse_the_others():
+    from fedxab.broker.codec import packb
+    from fedxab.run.assembly import build_run
+
+    config = _config(0.5)
+    parts = build_run(config, SEED, run_id="r", server=True, client_ids=range(CLIENTS))
+    session, clients = parts.server, parts.clients
+    broadcast = session.start()
+    asked = Participation(SEED, CLIENTS, 0.5).asked(session.phase, range(CLIENTS))
+    assert session.asked == asked and 2 <= len(asked) < CLIENTS
+    (outsider, *_) = sorted(set(range(CLIENTS)) - set(asked))
+    report, telemetry, _ = clients.answer(outsider, broadcast)
+    assert (report, telemetry) == (None, None)  # not asked: no pull, no report
+    assert clients.evaluators[outsider].used == 0
+    payloads = {}
+    for m in asked:
+        report, telemetry, _ = clients.answer(m, broadcast)
+        assert telemetry.count > 0
+        payloads[m] = packb(report.to_wire())
+    # a report from a client not asked (one answering as if asked) is refused
+    eager = build_run(_config(None), SEED, run_id="r", server=False, client_ids=[outsider])
+    report, _, _ = eager.clients.answer(outsider, broadcast)
+    verdict = session.classify(outsider, session.phase, packb(report.to_wire()))
+    assert verdict.outcome == "invalid" and "was not asked" in verdict.text
+    first = asked[0]
+    assert session.classify(first, session.phase, payloads[first]).outcome == "accepted"
+    assert not session.barrier_met(0.0, None, 1.0)
+    # after the deadline a quorum is a fraction of the asked clients, not of all M
+    half = -(-len(asked) // 2)
+    for m in asked[1:half]:
+        session.classify(m, session.phase, payloads[m])
+    assert session.barrier_met(5.0, 1.0, 0.5)
+    assert not session.barrier_met(5.0, 1.0, 1.0)
+    for m in asked[half:]:
+        session.classify(m, session.phase, payloads[m])
+    assert session.barrier_met(0.0, None, 1.0)  # every asked client reported
