@@ -219,3 +219,29 @@ def test_the_barrier_and_a_quorum_count_the_asked_clients_and_refuse_the_others(
     for m in asked[half:]:
         session.classify(m, session.phase, payloads[m])
     assert session.barrier_met(0.0, None, 1.0)  # every asked client reported
+
+
+def test_a_client_host_restarted_mid_run_replays_its_skipped_phases():
+    config = _config(0.5, budget=3000)
+
+    async def main():
+        broker = MemoryBroker()
+        run_id = run_id_for(config, SEED)
+        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        slices = client_slices(CLIENTS, 2)
+        hosts = [ClientAgent(config, SEED, broker, run_id=run_id, client_ids=i) for i in slices]
+        server_task = asyncio.create_task(server.run())
+        tasks = [asyncio.create_task(c.run()) for c in hosts]
+        async with asyncio.timeout(20):
+            while len(server.phases) < 2:
+                await asyncio.sleep(0.001)
+        tasks[1].cancel()  # the second host dies while a phase is open
+        await asyncio.gather(tasks[1], return_exceptions=True)
+        again = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=slices[1])
+        tasks[1] = asyncio.create_task(again.run())
+        record = await server_task
+        await asyncio.gather(*tasks)
+        return record
+
+    record = asyncio.run(main())
+    assert _without_time(record) == _without_time(Federation(config, SEED).run())
