@@ -4,7 +4,8 @@ The protocol of a run is what the server and every client must agree on for the 
 anything (the algorithm and its parameters, including the privacy release settings such as
 DP-Fed-PNE's ``epsilon`` or DP-FTS-DE's ``z``, ``q``, ``clip``; the domain; the objective's
 direction, so that clients maximising and clients minimising never join one run; the budget T;
-the number of clients M; the seed). Nothing local to one party belongs to it: not the objective
+the number of clients M and, below 1, the participation q that every party draws the asked
+clients with; the seed). Nothing local to one party belongs to it: not the objective
 itself (a client's private black box: neither its name, its module nor a hash of its code),
 not the noise model or the heterogeneity of a simulation, not the
 output directory, the ledger path, the accountant, a budget, the agent timings, the broker, the
@@ -69,8 +70,11 @@ def protocol_of(config: Config, seed: int) -> dict[str, Any]:
     }
     if config.search_space is not None:  # how the box's points decode (absent: a plain box)
         protocol["space"] = _plain(config.search_space.to_dict())
-    if config.federation is not None:
-        protocol["clients"] = config.federation.clients
+    fed = config.federation
+    if fed is not None:
+        protocol["clients"] = fed.clients
+        if fed.sampled:  # who is asked each phase: every party draws it (absent: everyone)
+            protocol["participation"] = fed.participation
     return protocol
 
 

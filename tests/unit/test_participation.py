@@ -245,3 +245,14 @@ def test_a_client_host_restarted_mid_run_replays_its_skipped_phases():
 
     record = asyncio.run(main())
     assert _without_time(record) == _without_time(Federation(config, SEED).run())
+
+
+def test_participation_is_part_of_the_run_protocol():
+    from fedxab.run.identity import protocol_differences, protocol_of
+
+    # parties that draw different samples never share a run; q = 1 is the run without it
+    assert run_id_for(_config(0.5), SEED) != run_id_for(_config(None), SEED)
+    assert run_id_for(_config(0.5), SEED) != run_id_for(_config(0.25), SEED)
+    assert run_id_for(_config(1.0), SEED) == run_id_for(_config(None), SEED)
+    lines = protocol_differences(protocol_of(_config(0.5), SEED), protocol_of(_config(1.0), SEED))
+    assert lines == ["participation: expected 0.5, got (absent)"]
