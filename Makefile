@@ -17,7 +17,8 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 # pytest-xdist workers of `make test` (one per core; `make test TEST_WORKERS=0` runs in-process),
 # each taking whole test files: a module's fixtures (recorded runs, bench scripts, the docs build)
-# are then computed once.
+# are then computed once. Files go out in collection order (--no-loadscope-reorder), which
+# tests/conftest.py starts with the longest files (LONGEST_FILES), so none runs alone at the end.
 TEST_WORKERS ?= auto
 
 .PHONY: run test bench docs
@@ -34,7 +35,7 @@ test: $(BIN)/python
 	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 docs: $(BIN)/python
 	$(PIP) -e '.[docs]'

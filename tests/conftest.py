@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +20,37 @@ def _private_ledger_home(tmp_path_factory, monkeypatch):
     """The default lifetime ledger of each test in a directory of its own (and the processes it
     starts, which inherit the environment): no test writes to the user's home."""
     monkeypatch.setenv(LEDGER_HOME_VAR, str(tmp_path_factory.mktemp("fedxab-home")))
+
+
+LONGEST_FILES = (
+    "reproduction/test_paper_orderings.py",
+    "reproduction/test_fts_orderings.py",
+    "unit/test_pfhct.py",
+    "docs/test_api_reference.py",
+    "reliability/test_fuzz_messages.py",
+    "integration/test_faults.py",
+    "integration/test_private_run_ledgers.py",
+    "unit/test_ledger.py",
+    "integration/test_ledger_attacks.py",
+    "reliability/test_fuzz_live.py",
+    "integration/test_soak.py",
+)
+"""The test files that take longest (``pytest --durations``), longest first. ``make test`` gives
+whole files to its 2 workers in collection order (``--dist loadfile --no-loadscope-reorder``), so
+these start first and the many short files fill in beside them, rather than one long file
+running alone at the end (xdist's default order, by number of tests, put them last)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`LONGEST_FILES` first, in that order; each file keeps its own order."""
+    tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+
+    def file_rank(item: pytest.Item) -> int:
+        try:
+            name = item.path.relative_to(tests).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=file_rank)  # stable
