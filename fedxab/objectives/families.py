@@ -220,6 +220,8 @@ def _distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sorting every row of a 10^5-row batch as a record took most of such a run's time."""
     first = np.ones(X.shape[0], dtype=bool)
     first[1:] = np.any(X[1:] != X[:-1], axis=1)
+    if X.shape[0] and not first[1:].any():  # one point (a single pull): nothing to sort
+        return X[:1].copy(), np.zeros(X.shape[0], dtype=np.intp)
     points, where = np.unique(X[first], axis=0, return_inverse=True)
     return points, where.reshape(-1)[np.cumsum(first) - 1]
 
