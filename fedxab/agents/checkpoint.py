@@ -11,8 +11,8 @@ The file is msgpack (no pickle), owner-only, written atomically (temporary file,
 :func:`~fedxab.private_files.write_atomically`): a crash mid-write leaves the previous checkpoint
 intact. It carries the SHA-256 digest of its contents: a file changed on disk is refused with
 :class:`CheckpointError`, never loaded. It names its run; resuming another run's checkpoint is
-refused. A signing run's checkpoint also keeps the server's session
-(:mod:`fedxab.security.signing`), so a restarted server goes on in the same session.
+refused. It also keeps the execution's session (:mod:`fedxab.agents.lobby`), so a restarted
+server goes on in the same session, and client agents restarted after it are welcomed into it.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ServerCheckpoint:
         self.run_id = run_id
         self.phases: list[ClosedPhase] = []
         self.session = ""
-        """The server's session (signing runs; "" otherwise)."""
+        """The execution's session ("" until the server draws it)."""
 
     def load(self) -> list[ClosedPhase]:
         """Read the closed phases from disk (none if there is no file yet). A file that is not

@@ -29,8 +29,19 @@ its budget), never their regret terms. The agent keeps both (:meth:`ClientAgent.
 (``server``: ``fedxab run``), it hands them to that agent directly
 (:meth:`~fedxab.agents.server.ServerAgent.take_local`), without the broker.
 
+Every record is bound to one execution of the run: the agent learns the execution's session
+from the server's welcome in the lobby (:mod:`fedxab.agents.lobby`) before it reads any
+broadcast, writes it into every record it sends, and takes only broadcasts of that session, in
+phase order (a broadcast may repeat the phase last taken or open the next one), and a final
+answer only for the phase it is in. The run id repeats in every execution of a job (config and
+seed), so an earlier execution's broadcasts, abort or final answer, replayed on this run's
+topic, are of another session: counted (``replay``) and dropped, never acted on.
+
 Messages that are not a valid broadcast of this run from the server are counted in
-:attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent.
+:attr:`ClientAgent.counts` and skipped with a log line; they never stop the agent. In a signing
+run, records that fail this agent's keys are counted too; they name a key as wrong and stop the
+agent only by the rule of :class:`~fedxab.security.agents.KeyWatch` (sustained failures, none
+verified), never on a few forged records.
 
 With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`, role ``client``) the
 agent exports its own view, its hosted clients only: the phases it answered, the messages and
@@ -78,8 +89,8 @@ from fedxab.run.evaluation import (
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best, stays_local
-from fedxab.security.agents import BAD_SIGNATURES_NAMED, open_record, signer_for
-from fedxab.security.signing import KeyId, SignatureError
+from fedxab.security.agents import KeyWatch, open_record, signer_for
+from fedxab.security.signing import Opened, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.agents.server import ServerAgent
@@ -164,15 +175,17 @@ class ClientAgent:
         """Local DP with ``[privacy] release_best``: the release of each client's best value."""
         self.signer = signer_for(config, client_ids)  # None unless the run signs
         self.session = ""
-        """The session of the last valid broadcast: the clients' replies are signed in it."""
+        """This execution's session, from the server's welcome (:mod:`fedxab.agents.lobby`):
+        every record sent carries it; only broadcasts of it are taken."""
         self.telemetry_interval_s = config.agents.telemetry_interval_s
         self._unsent: dict[int, list[Telemetry]] = {}
         self._last_flush = time.monotonic()
         self.counts: Counter[str] = Counter()
-        self.bad_signatures: Counter[KeyId] = Counter()
-        """Live broadcasts that failed a key, by key (HMAC: a hosted client's; Ed25519: the
-        server's)."""
-        self._failed_key: KeyId | None = None  # the key the last record failed
+        self.keys = KeyWatch()
+        """Records of the server that failed a key (HMAC: a hosted client's; Ed25519: the
+        server's), and whether that says the key is wrong."""
+        self._phase = 0
+        """The phase of the last broadcast taken (0 before the first)."""
         self._sent = (0, 0.0)  # the last phase whose replies were sent live, and when
         self.rebroadcast_s = config.agents.rebroadcast_s
         self.finished: Finished | None = None
@@ -194,28 +207,41 @@ class ClientAgent:
 
     def _envelope(self, kind: str, m: int, phase: int, msg_id: str, payload: bytes) -> bytes:
         envelope = encode_envelope(
-            self.run_id, kind, phase, client_sender(m), msg_id, payload, time.time()
+            self.run_id,
+            kind,
+            phase,
+            client_sender(m),
+            msg_id,
+            payload,
+            time.time(),
+            session=self.session,
         )
         return self._seal(envelope, m)
 
     def decode(self, record: Record) -> Any | None:
-        """The broadcast (or Finished) in ``record``, or None if it is not a valid one (in a
-        signing run: also one without a right tag for each hosted client). A valid broadcast's
-        session becomes :attr:`session`."""
-        self._failed_key = None
+        """The broadcast (or Finished, or Aborted) in ``record`` if this agent takes it, else
+        None (counted): not a valid broadcast of this run (in a signing run: also one without
+        a right tag for each hosted client), of another session than :attr:`session`, or out
+        of phase order (a broadcast more than one phase ahead of the last one taken, a final
+        answer of another phase than it)."""
         try:
             opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
         except ProtocolError as exc:
-            if isinstance(exc, SignatureError) and exc.reason == "bad_signature":
-                self._failed_key = exc.key
             self._invalid(exc.reason, str(exc))
+            if isinstance(exc, SignatureError) and exc.reason == "bad_signature":
+                self._key_failed(exc)
             return None
         env = opened.envelope
         if env.run_id != self.run_id:
             self._invalid("wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}")
             return None
+        if env.sender == SERVER and env.kind in ("abort", "broadcast"):
+            self._verified(opened)
+        if opened.session != self.session:
+            self._invalid("replay", f"{env.kind} of phase {env.phase} of another session")
+            return None
         if env.kind == "abort" and env.sender == SERVER:
-            return self._abort_of(env, opened.session)
+            return self._abort_of(env)
         if env.kind != "broadcast" or env.sender != SERVER:
             self._invalid("wrong_kind", f"{env.kind!r} from {env.sender!r}")
             return None
@@ -229,54 +255,73 @@ class ClientAgent:
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
             self._invalid("bad_payload", f"{type(exc).__name__}: {exc}")
             return None
+        final = isinstance(msg, Finished)
+        if (final and env.phase != self._phase) or env.phase > self._phase + 1:
+            what = "final answer" if final else "broadcast"
+            self._invalid("out_of_order", f"a {what} of phase {env.phase} after {self._phase}")
+            return None
+        self._phase = max(self._phase, env.phase)
         self._broadcast_bytes = len(env.payload)
-        self.session = opened.session
-        self._matched.set()  # the server runs this protocol: the lobby has nothing to say
         return msg
 
-    def _abort_of(self, env: Any, session: Any) -> Aborted | None:
-        """The server's abort in ``env``, if it is for this execution: in a signing run of the
-        session of the broadcasts this agent took, and never of a phase before the last one it
-        answered (an earlier execution's abort is refused as a replay)."""
+    def _abort_of(self, env: Any) -> Aborted | None:
+        """The server's abort in ``env`` (of this session), unless of a phase before the last
+        one this agent answered."""
         try:
             text = failure_text(env.body())
         except ProtocolError as exc:
             self._invalid("bad_payload", str(exc))
             return None
-        if (self.signer is not None and session != self.session) or env.phase < self._sent[0]:
+        if env.phase < self._sent[0]:
             self._invalid("replay", f"an abort of phase {env.phase}: {text}")
             return None
         return Aborted(env.phase, text)
 
-    def _check_keys(self) -> None:
-        """After a live broadcast was refused: stop with an error naming the key and its
-        fingerprint once :data:`~fedxab.security.agents.BAD_SIGNATURES_NAMED` live broadcasts
-        failed one key (HMAC: a hosted client's; Ed25519: the server's public key) before any
-        broadcast verified (that key is not the server's). Old records of the topic do not
-        count: a run id used before with other keys leaves broadcasts this agent cannot verify,
-        and need not."""
-        key = self._failed_key
-        if key is None or self.signer is None or self._matched.is_set():
-            return  # a broadcast verified: the keys are right (later failures are forgeries)
-        self.bad_signatures[key] += 1
-        failed = self.bad_signatures[key]
-        if failed < BAD_SIGNATURES_NAMED:
+    def _welcomed(self, opened: Opened) -> None:
+        """The server's welcome (:mod:`fedxab.agents.lobby`): its session is this execution's
+        (the first welcome's: the server gives every hello the same one)."""
+        self._verified(opened)
+        if not self._matched.is_set():
+            self.session = opened.envelope.session
+            self._matched.set()
+
+    def _verified(self, opened: Opened) -> None:
+        """A record of the server verified: the keys it was checked with are right."""
+        if self.signer is not None:
+            checked = self.signer.signers(None, opened.for_client)
+            self.keys.verified(*[k for k in checked if k == SERVER or k in self.clients])
+
+    def _key_failed(self, exc: SignatureError) -> None:
+        """A record of the server failed ``exc.key`` (HMAC: a hosted client's; Ed25519: the
+        server's public key): counted; the agent stops with an error naming the key and its
+        fingerprint only once the failures say the key is wrong
+        (:class:`~fedxab.security.agents.KeyWatch`)."""
+        key = exc.key
+        if key is None or self.signer is None or not (key == SERVER or key in self.clients):
             return
-        fingerprint = self.signer.fingerprint(key)
+        if not self.keys.fail(key):
+            return
+        failed, fingerprint = self.keys.failed[key], self.signer.fingerprint(key)
+        seen = (
+            f"run {self.run_id}: {failed} records of the server failed verification over "
+            f"{self.keys.after_s:.0f} s or more and none verified"
+        )
         if key == SERVER:
             raise FedxabError(
-                f"run {self.run_id}: {failed} broadcasts of the server failed verification "
-                f"with the server's public key (fingerprint {fingerprint}): this agent's "
+                f"{seen} with the server's public key (fingerprint {fingerprint}): this agent's "
                 "public/server.pub is not the server's key. Give it the public/server.pub "
                 "written with the server's private key (`fedxab keys generate`)"
             )
         raise FedxabError(
-            f"run {self.run_id}: {failed} broadcasts of the server failed verification "
-            f"with client {key}'s key (fingerprint {fingerprint}): "
+            f"{seen} with client {key}'s key (fingerprint {fingerprint}): "
             f"this agent's key for client {key} is not the server's. Give it the key "
             f"file of client {key} that the server uses (`fedxab keys generate` writes "
             "one per client)"
         )
+
+    def _lobby_refused(self, exc: SignatureError) -> None:
+        if exc.reason == "bad_signature":
+            self._key_failed(exc)
 
     def _invalid(self, why: str, text: str) -> None:
         self.counts["broadcast_invalid"] += 1
@@ -561,13 +606,15 @@ class ClientAgent:
             list(self.clients),
             self.signer,
             self._matched,
+            self._welcomed,
+            self._lobby_refused,
         )
         try:
             await supervised(
                 self.run_id,
                 self._answer_broadcasts(),
                 {"heartbeat sender": self._heartbeats(), "lobby": lobby_watch},
-                may_finish={"lobby"},  # done once the server's first broadcast came
+                may_finish={"lobby"},  # done once the server's welcome came
             )
         finally:
             if self.run_ledger is not None:
@@ -585,6 +632,41 @@ class ClientAgent:
                 "answer (the broker closed it); restart the client to resume"
             )
         return self.finished
+
+    async def _await_session(self) -> None:
+        """Until the server's welcome. Meanwhile a signing agent reads the broadcast topic for
+        its keys only (a hosted client whose key is not the server's fails its hello at the
+        server, which then never welcomes it: the server's broadcasts are what tell it)."""
+        if self.signer is None:
+            await self._matched.wait()
+            return
+        sub = self.broker.subscribe(self.topics["broadcast"], None)
+        probe = asyncio.ensure_future(self._probe_keys(sub))
+        welcome = asyncio.ensure_future(self._matched.wait())
+        try:
+            await asyncio.wait({probe, welcome}, return_when=asyncio.FIRST_COMPLETED)
+            if probe.done():
+                probe.result()  # this agent's wrong key, named
+        finally:
+            for task in (probe, welcome):
+                task.cancel()
+            await asyncio.gather(probe, welcome, return_exceptions=True)
+            await sub.close()
+        await self._matched.wait()
+
+    async def _probe_keys(self, sub: Any) -> None:
+        """Check the signatures of the broadcast topic's records (:meth:`_await_session`)."""
+        async for record in sub:
+            try:
+                opened = open_record(record.value, self.signer, self.broker.max_message_bytes)
+            except SignatureError as exc:
+                if exc.reason == "bad_signature":
+                    self._key_failed(exc)
+                continue
+            except ProtocolError:
+                continue
+            if opened.envelope.sender == SERVER:
+                self._verified(opened)
 
     def _repeat_too_soon(self, phase: int) -> bool:
         """Whether a live broadcast of ``phase`` repeats one this agent answered less than
@@ -610,15 +692,15 @@ class ClientAgent:
         return answers
 
     async def _answer_broadcasts(self) -> None:
-        """Answer the run's broadcasts until the server's final answer."""
+        """Answer the run's broadcasts until the server's final answer, once the server's
+        welcome gave this execution's session."""
+        await self._await_session()
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         try:
             replay_until = max((await sub.end_offsets()).values(), default=0) - 1
             async for record in sub:
                 msg = self.decode(record)
                 if msg is None:
-                    if record.offset >= replay_until:  # not an old record of the topic
-                        self._check_keys()
                     continue
                 if isinstance(msg, Aborted):
                     if record.offset < replay_until:

@@ -1,4 +1,5 @@
-"""The lobby: a client whose run protocol is not the server's is told so, on both sides.
+"""The lobby: a client learns its execution's session there, or that its protocol is not the
+server's.
 
 A run's topics are named by its run id, a hash of the protocol (:mod:`fedxab.run.identity`), so
 a client with another budget, seed or algorithm parameter than its server would wait on topics
@@ -6,15 +7,27 @@ nobody publishes to. The lobby topic of a namespace (``{namespace}.lobby``, one 
 namespace at a time) prevents that silent hang:
 
 - a client agent publishes a ``hello`` (its run id, its protocol, the clients it hosts and a
-  random nonce) every :data:`HELLO_INTERVAL_S` until the first broadcast of its run arrives;
-- a server agent reads the hellos published since it started; one whose run id is none of its
-  job's runs gets a ``refuse`` naming every differing field (logged as an error on the server)
-  and the client agent stops with :class:`~fedxab.run.identity.ProtocolMismatchError` naming
-  the same fields.
+  random nonce) every :data:`HELLO_INTERVAL_S` until the server welcomes it;
+- a server agent reads the hellos; one of its own run gets a ``welcome`` carrying the hello's
+  nonce and the **session** of this execution (128 random bits the server draws when it first
+  starts and keeps in its checkpoint); one published since it started whose run id is none of
+  its job's runs gets a ``refuse`` naming every differing field (logged as an error on the
+  server), and the client agent stops with :class:`~fedxab.run.identity.ProtocolMismatchError`
+  naming the same fields.
 
-With signing on, hellos and refusals are signed like every other message (a hello with the first
-hosted client, a refusal by the server about the client it answers), so a forged refusal cannot
-stop a client.
+The session binds every record to one execution: the run id is the same for every execution of
+a job (config and seed), the session is not. A client agent takes the session of the welcome
+that answers its own nonce (fresh at each start, so a welcome of an earlier execution answers
+none of its hellos), takes only broadcasts of that session, and writes it into every record it
+sends; the server refuses a client's record of another session (:mod:`fedxab.agents.client`,
+:mod:`fedxab.agents.server`). A restarted client agent learns the session again from the
+server; a restarted server keeps it (checkpoint).
+
+With signing on, hellos, welcomes and refusals are signed like every other message (a hello with
+the first hosted client, a welcome or refusal by the server about the client it answers), so a
+forged welcome or refusal cannot misdirect or stop a client. (In an unsigned run anyone can
+forge one: there the session protects against replays of earlier executions, not against a
+party that writes its own records.)
 """
 
 from __future__ import annotations
@@ -31,13 +44,14 @@ from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ProtocolError
 from fedxab.run.identity import ProtocolMismatchError, protocol_differences, run_id_of
 from fedxab.security.agents import open_record
+from fedxab.security.signing import Opened, SignatureError
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Callable, Collection, Mapping
 
     from fedxab.security.agents import Signer
 
-__all__ = ["HELLO_INTERVAL_S", "announce_and_watch", "refuse_strangers"]
+__all__ = ["HELLO_INTERVAL_S", "announce_and_watch", "new_session", "refuse_strangers"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +61,11 @@ _REPORTED_NONCES = 10_000
 
 HELLO_INTERVAL_S = 2.0
 """Seconds between a waiting client agent's hellos (a server started later still sees one)."""
+
+
+def new_session() -> str:
+    """A fresh session: 128 random bits, as 32 hex digits (no earlier execution has it)."""
+    return secrets.token_hex(16)
 
 
 def _envelope(run_id: str, kind: str, sender: str, body: Any) -> bytes:
@@ -79,9 +98,13 @@ async def announce_and_watch(
     clients: list[int],
     signer: Signer | None,
     matched: asyncio.Event,
+    welcomed: Callable[[Opened], None],
+    refused: Callable[[SignatureError], None] = lambda exc: None,
 ) -> None:
-    """A client agent's side: say hello until ``matched`` is set (its run's first broadcast
-    arrived); raise :class:`ProtocolMismatchError` if the server refuses the protocol."""
+    """A client agent's side: say hello until the server's welcome answers it; call
+    ``welcomed`` with the opened welcome (whose envelope's session is the execution's: the
+    callback sets ``matched``); raise :class:`ProtocolMismatchError` if the server refuses the
+    protocol. ``refused``: told of each lobby record that failed a signature check."""
     nonce = secrets.token_hex(8)
     hello = _envelope(
         run_id,
@@ -99,7 +122,9 @@ async def announce_and_watch(
 
     sender = asyncio.create_task(say_hello())
     sub = broker.subscribe(topic, None)
-    reader = asyncio.ensure_future(_refusal(sub, run_id, nonce, signer, broker.max_message_bytes))
+    reader = asyncio.ensure_future(
+        _answer(sub, run_id, nonce, signer, broker.max_message_bytes, welcomed, refused)
+    )
     waiter = asyncio.ensure_future(matched.wait())
     try:
         await asyncio.wait({reader, waiter, sender}, return_when=asyncio.FIRST_COMPLETED)
@@ -118,15 +143,47 @@ async def announce_and_watch(
         await sub.close()
 
 
-async def _refusal(
-    sub: Any, run_id: str, nonce: str, signer: Signer | None, max_bytes: int
+async def _answer(
+    sub: Any,
+    run_id: str,
+    nonce: str,
+    signer: Signer | None,
+    max_bytes: int,
+    welcomed: Callable[[Opened], None],
+    refused: Callable[[SignatureError], None],
 ) -> list[str]:
-    """The differences named by the server's refusal of run ``run_id``'s hello ``nonce``."""
+    """Read the lobby: hand the server's welcome of run ``run_id``'s hello ``nonce`` to
+    ``welcomed`` (and keep reading); return the differences named by a refusal of it."""
     async for record in sub:
+        try:
+            opened = open_record(record.value, signer, max_bytes)
+        except SignatureError as exc:
+            refused(exc)
+            continue
+        except ProtocolError:
+            continue
+        if _is_welcome(opened, run_id, nonce):
+            welcomed(opened)
+            continue
         differences = _differences_in(record, run_id, nonce, signer, max_bytes)
         if differences is not None:
             return differences
     raise ProtocolError("the lobby subscription ended")
+
+
+def _is_welcome(opened: Opened, run_id: str, nonce: str) -> bool:
+    """Whether ``opened`` is the server's welcome of run ``run_id``'s hello ``nonce``, with a
+    session."""
+    env = opened.envelope
+    if env.kind != "welcome" or env.sender != SERVER or env.run_id != run_id:
+        return False
+    if not env.session or opened.session != env.session:  # (signed: the signature's session)
+        return False
+    try:
+        body = env.body()
+    except ProtocolError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("nonce"), str) and body["nonce"] == nonce
 
 
 def _differences_in(
@@ -156,24 +213,92 @@ async def refuse_strangers(
     protocol: Mapping[str, Any],
     known_runs: Collection[str],
     signer: Signer | None,
+    *,
+    run_id: str = "",
+    session: str = "",
+    refused: Callable[[SignatureError], None] = lambda exc: None,
 ) -> None:
-    """A server agent's side, until cancelled: every hello published since it started whose
-    run id is none of ``known_runs`` is logged as an error and refused, naming each field where
-    it differs from ``protocol`` (the server's current run)."""
+    """A server agent's side, until cancelled: every hello of run ``run_id`` gets a welcome
+    with ``session`` (once per nonce; hellos published before this server started too, so a
+    client that said hello first need not wait for its next one); every hello published since
+    it started whose run id is none of ``known_runs`` is logged as an error and refused, naming
+    each field where it differs from ``protocol`` (the server's current run). ``refused``: told
+    of each hello of run ``run_id`` published since it started that failed a signature check."""
     sub = broker.subscribe(topic, None)
     try:
         start = await sub.end_offsets()
         reported: set[str] = set()
+        welcomed: set[str] = set()
         async for record in sub:
-            if record.offset < start.get(record.partition, 0):
+            max_bytes = broker.max_message_bytes
+            live = record.offset >= start.get(record.partition, 0)
+            try:
+                welcome = _welcome_of(record, run_id, session, signer, welcomed, max_bytes)
+            except SignatureError as exc:
+                if live:
+                    refused(exc)
+                welcome = None
+            if welcome is not None:
+                await broker.publish(topic, record.key, welcome)
+            if not live:
                 continue
-            refusal = _refusal_of(
-                record, protocol, known_runs, signer, reported, broker.max_message_bytes
-            )
+            refusal = _refusal_of(record, protocol, known_runs, signer, reported, max_bytes)
             if refusal is not None:
                 await broker.publish(topic, record.key, refusal)
     finally:
         await sub.close()
+
+
+def _welcome_of(
+    record: Record,
+    run_id: str,
+    session: str,
+    signer: Signer | None,
+    welcomed: set[str],
+    max_bytes: int,
+) -> bytes | None:
+    """The welcome of the hello of run ``run_id`` in ``record`` (its nonce and ``session``),
+    or None (not such a hello, or one whose nonce was welcomed already: ``welcomed``, at most
+    :data:`_REPORTED_NONCES` of them). A record that fails a signature check raises its
+    :class:`SignatureError`."""
+    if not session:
+        return None
+    try:
+        env = open_record(record.value, signer, max_bytes).envelope
+    except SignatureError:
+        raise
+    except ProtocolError:
+        return None
+    try:
+        if env.kind != "hello" or env.run_id != run_id:
+            return None
+        body = env.body()
+        nonce, clients = body["nonce"], body["clients"]
+        if not (isinstance(nonce, str) and isinstance(clients, list) and clients):
+            return None
+        first = clients[0]
+        if type(first) is not int or env.client_id != first:
+            return None
+    except Exception:  # any defect of an untrusted record: no welcome (the refusal logs it)
+        return None
+    if nonce in welcomed:
+        return None
+    if len(welcomed) >= _REPORTED_NONCES:
+        welcomed.clear()
+    welcomed.add(nonce)
+    welcome = Envelope(
+        run_id=run_id,
+        kind="welcome",
+        phase=0,
+        sender=SERVER,
+        msg_id="welcome",
+        payload=packb({"nonce": nonce}),
+        sent_at=time.time(),
+        session=session,
+    ).encode()
+    if signer is not None:
+        welcome = signer.seal_about(welcome, first, session)
+    return welcome
 
 
 def _refusal_of(

@@ -15,11 +15,15 @@ state machine rejects: NaN, wrong length, ...). A rejected message changes no st
 the agent; each gets one log line naming the reason, and is counted by topic and reason in
 :attr:`ServerAgent.rejected` (and the metric ``fedxab_messages_rejected``).
 
-A signing run (:func:`~fedxab.security.agents.signing_on`) also refuses a message whose signature
-does not match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
-``malformed``), and a report, telemetry or leave message of another session than this execution's
-(``replay``): the server draws a random session at its first start, keeps it in its checkpoint,
-and signs every broadcast with it; clients answer in the session of the broadcast they answer.
+Every execution has its session (:mod:`fedxab.agents.lobby`): the server draws 128 random bits
+at its first start, keeps them in its checkpoint, writes them into every broadcast and gives
+them to each client agent in the lobby's welcome. A report, telemetry, leave, outcome or failure
+message of another session than this execution's is refused (``replay``): the run id of a job
+repeats in every execution, the session does not. A signing run
+(:func:`~fedxab.security.agents.signing_on`) also refuses a message whose signature does not
+match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
+``malformed``); such failures name a client's key as wrong only by the rule of
+:class:`~fedxab.security.agents.KeyWatch` (forgeries are counted, never blamed on a client).
 
 With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the agent also exports
 the server's view of the run as it goes: every message's classification (reports by outcome,
@@ -47,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 import weakref
 from collections import Counter
@@ -59,7 +62,7 @@ import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.failures import failure_body, failure_text
-from fedxab.agents.lobby import refuse_strangers
+from fedxab.agents.lobby import new_session, refuse_strangers
 from fedxab.agents.supervise import supervised
 from fedxab.agents.waits import wait_set
 from fedxab.algorithms.protocol import Finished
@@ -89,8 +92,8 @@ from fedxab.run.observe import (
     start_run,
 )
 from fedxab.run.outcome import ClientOutcome, stays_local, withheld_block
-from fedxab.security.agents import open_record, signer_for
-from fedxab.security.signing import SignatureError
+from fedxab.security.agents import KeyWatch, open_record, signer_for
+from fedxab.security.signing import KeyId, SignatureError
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
@@ -190,7 +193,7 @@ class ServerAgent:
         self.rejected: Counter[tuple[str, str]] = Counter()
         """Refused messages by (topic, reason)."""
         self.session = ""
-        """This execution's session (signing runs): drawn at the first start, then checkpointed."""
+        """This execution's session: drawn at the first start, then checkpointed."""
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.failure: str | None = None
@@ -207,11 +210,13 @@ class ServerAgent:
         )
         """Regret terms decoded from telemetry, shared by the clients that sent the same
         (:func:`~fedxab.run.evaluation.telemetry_from_wire`)."""
-        self.bad_signatures: Counter[int] = Counter()
-        """Messages that claimed to come from a client but failed its key, by client."""
+        self.keys = KeyWatch()
+        """Messages that claimed to come from a client but failed its key (by client), and
+        whether that says the client's key is not the server's."""
         self._last_report: Record | None = None
         self._wakeup = asyncio.Event()
         self._history: list[Any] = []
+        self._closed: list[Any] = []  # the checkpoint's closed phases (:meth:`_open_session`)
 
     @property
     def phases(self) -> list[PhaseCommunication]:
@@ -269,6 +274,8 @@ class ServerAgent:
             return None
         env = opened.envelope
         m = env.client_id
+        if self.signer is not None and m is not None:
+            self.keys.verified(m)
         if env.run_id != self.run_id:
             why, text = "wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}"
         elif env.kind not in kinds:
@@ -277,23 +284,27 @@ class ServerAgent:
             why, text = "unknown_sender", f"unknown sender {env.sender!r}"
         elif record.key is not None and record.key != str(m):
             why, text = "wrong_key", f"key {record.key!r} does not match {env.sender!r}"
-        elif (
-            self.signer is not None
-            and opened.session != self.session
-            and env.kind not in ("join", "heartbeat")
-        ):
+        elif opened.session != self.session and env.kind not in ("join", "heartbeat"):
             why, text = "replay", f"{env.sender}'s {env.kind} of session {opened.session!r}"
         else:
             return env
         self._reject("invalid", why, text, where)
         return None
 
+    @property
+    def bad_signatures(self) -> Counter[KeyId]:
+        """Messages that claimed a client but failed its key, by client."""
+        return self.keys.failed
+
     def _bad_signature(self, m: int) -> None:
-        """Count a message that claimed client ``m`` but failed its key; at the first, one
-        error naming the client and the fingerprint of the key this server holds for it (the
-        status lines repeat it while the client is missing)."""
-        self.bad_signatures[m] += 1
-        if self.bad_signatures[m] == 1 and self.signer is not None:
+        """Count a message that claimed client ``m`` but failed its key; once that says the
+        key is wrong (:class:`~fedxab.security.agents.KeyWatch`), one error naming the client
+        and the fingerprint of the key this server holds for it (the status lines repeat it
+        while the client is missing)."""
+        if self.signer is None:
+            return
+        was = self.keys.suspect(m)
+        if self.keys.fail(m) and not was:
             log.error(
                 "run %s: %s; give the client agent the key file of client %d that the server "
                 "uses (or find who else publishes as it)",
@@ -302,12 +313,17 @@ class ServerAgent:
                 m,
             )
 
+    def _lobby_refused(self, exc: SignatureError) -> None:
+        """A hello in the lobby failed a client's key (:meth:`_bad_signature`)."""
+        if exc.reason == "bad_signature" and exc.client is not None:
+            self._bad_signature(exc.client)
+
     def _wrong_key_text(self, m: int) -> str:
         assert self.signer is not None
         return (
-            f"{self.bad_signatures[m]} message(s) from client {m} failed verification: it signs "
-            f"with another key than the server's for it (fingerprint "
-            f"{self.signer.fingerprint(m)})"
+            f"{self.bad_signatures[m]} message(s) from client {m} failed verification over "
+            f"{self.keys.after_s:.0f} s or more and none verified: it signs with another key "
+            f"than the server's for it (fingerprint {self.signer.fingerprint(m)})"
         )
 
     def on_report(self, record: Record) -> None:
@@ -476,6 +492,7 @@ class ServerAgent:
             msg_id=f"{kind}:{phase}",
             payload=payload,
             sent_at=time.time(),
+            session=self.session,
         )
         sealed = env.encode()
         if self.signer is not None:
@@ -489,17 +506,20 @@ class ServerAgent:
             return envelope_bytes
         return self.signer.seal_about(envelope_bytes, m, self.session)
 
-    def _replay(self) -> Any:
-        """Start the state machine and replay the checkpointed phases; the open phase's msg.
-        A signing run takes its session from the checkpoint, or draws a new one. The closed
-        phases' broadcasts are kept in :attr:`_history` (:meth:`_republish_history`)."""
-        self._history = [self.run_session.start()]
+    def _open_session(self) -> None:
+        """Load the checkpoint (if this server may resume) and take its session, or draw a
+        new one (:func:`~fedxab.agents.lobby.new_session`), kept in the checkpoint."""
         # a server that may not resume starts afresh, and overwrites a stale checkpoint
-        closed_phases = self.checkpoint.load() if self.may_resume else []
-        if self.signer is not None:
-            self.session = self.checkpoint.session or secrets.token_hex(16)
-            self.checkpoint.session = self.session
-        for closed in closed_phases:
+        self._closed = self.checkpoint.load() if self.may_resume else []
+        self.session = (self.may_resume and self.checkpoint.session) or new_session()
+        self.checkpoint.session = self.session
+
+    def _replay(self) -> Any:
+        """Start the state machine and replay the checkpointed phases (:meth:`_open_session`);
+        the open phase's msg. The closed phases' broadcasts are kept in :attr:`_history`
+        (:meth:`_republish_history`)."""
+        self._history = [self.run_session.start()]
+        for closed in self._closed:
             self.run_session.restore(closed)
             self._history.append(self.run_session.msg)
             self.observer.on_phase(self.phases[-1])  # a new process counts these phases too
@@ -603,7 +623,7 @@ class ServerAgent:
         silent = [m for m in missing if m in self.joined]
         if silent:
             parts.append(f"joined, no report yet: {_some(silent)}")
-        for m in [m for m in missing if self.bad_signatures[m]][:3]:
+        for m in [m for m in missing if self.keys.suspect(m)][:3]:
             parts.append(self._wrong_key_text(m))
         if self.settings.phase_deadline_s is None:
             parts.append("without [agents] phase_deadline_s a phase waits for every client")
@@ -781,6 +801,7 @@ class ServerAgent:
         await self.broker.create_topics([*self.topics.values(), self.lobby])
         t0 = time.perf_counter()
         await self._check_fresh_or_resuming()
+        self._open_session()
         reports = self.broker.subscribe(self.topics["report"], self.group)
         control = self.broker.subscribe(self.topics["control"], None)
         self._control_live = dict(await control.end_offsets())
@@ -802,7 +823,14 @@ class ServerAgent:
                     "report consumer": consume(reports, self.on_report),
                     "control consumer": consume(control, self.on_control),
                     "lobby": refuse_strangers(
-                        self.broker, self.lobby, self.protocol, self.known_runs, self.signer
+                        self.broker,
+                        self.lobby,
+                        self.protocol,
+                        self.known_runs,
+                        self.signer,
+                        run_id=self.run_id,
+                        session=self.session,
+                        refused=self._lobby_refused,
                     ),
                 },
             )
@@ -856,7 +884,7 @@ class ServerAgent:
                 timeout_s=self.settings.telemetry_timeout_s,
                 signer=self.signer,
                 clients_only=True,  # local DP: the server authors no client's record
-                session=self.session,
+                session=self.session if self.signer is not None else None,
             )
             self.counts["ledger_invalid"] += rebuilt.skipped
             self.rejected.update({("ledger", why): n for why, n in rebuilt.reasons.items()})

@@ -4,8 +4,9 @@ Broadcasts and reports (the messages of :mod:`fedxab.algorithms.protocol`) turn 
 with ``to_wire()``: maps with string keys, lists, strings, numbers, booleans, ``None``, bytes,
 and numpy arrays. :func:`packb` writes that as msgpack; :func:`unpackb` reads it back. On a
 broker, every message travels in an :class:`Envelope` (schema version, run id, kind, phase,
-sender, message id, send time) whose ``payload`` is those msgpack bytes, unchanged: the
-payload's size is what the results count as communication, whatever the transport.
+sender, message id, send time, and the execution's session once the sender has one) whose
+``payload`` is those msgpack bytes, unchanged: the payload's size is what the results count as
+communication, whatever the transport.
 
 Numpy arrays travel as msgpack extension type :data:`NDARRAY_EXT` (code 1) whose body is the
 msgpack of ``[dtype.str, shape, raw C-order bytes]``, for numeric dtypes only (bool, signed and
@@ -263,6 +264,7 @@ ENVELOPE_KINDS = (
     "best_dp",  # client -> server (control): its best value as a charged DP release (opt-in)
     "hello",  # client -> server (lobby): the run protocol the client will take part in
     "refuse",  # server -> client (lobby): the client's protocol is not the server's
+    "welcome",  # server -> client (lobby): the session of this execution, for the hello's nonce
 )
 
 SERVER = "server"
@@ -309,6 +311,9 @@ class Envelope:
     payload: bytes
     sent_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    session: str = ""
+    """The execution's session (:mod:`fedxab.agents.lobby`); empty before a client has one
+    (its join, heartbeats and hello), and then not written."""
 
     @property
     def client_id(self) -> int | None:
@@ -335,6 +340,7 @@ class Envelope:
             self.payload,
             self.sent_at,
             self.schema_version,
+            self.session,
         )
 
     @classmethod
@@ -356,9 +362,9 @@ class Envelope:
                 f"envelope field 'schema_version': unknown schema version {version!r}; "
                 f"this fedxab reads version {SCHEMA_VERSION} only"
             )
-        if raw.keys() != _ENVELOPE_FIELDS:
+        if not _REQUIRED_FIELDS <= raw.keys() <= _ENVELOPE_FIELDS:
             extra = sorted(set(raw) - _ENVELOPE_FIELDS)
-            missing = sorted(_ENVELOPE_FIELDS - set(raw))
+            missing = sorted(_REQUIRED_FIELDS - set(raw))
             what = "; ".join(
                 part
                 for part in (
@@ -405,14 +411,21 @@ class Envelope:
             raise ProtocolError(
                 f"envelope field 'payload' must be a byte string, got {type(payload).__name__}"
             )
+        session = raw.get("session", "")
+        if not isinstance(session, str) or not _SESSION_RE.fullmatch(session):
+            raise ProtocolError(
+                f"envelope field 'session' must be 1 to 64 hex digits, got {session!r:.80}"
+            )
         # Every field is checked: fill the frozen instance at once rather than through the
         # generated __init__, whose per-field setattr is a quarter of a decode's time.
         envelope = object.__new__(cls)
-        envelope.__dict__.update(raw, sent_at=float(sent_at))
+        envelope.__dict__.update(raw, sent_at=float(sent_at), session=session)
         return envelope
 
 
 _ENVELOPE_FIELDS = frozenset(f.name for f in fields(Envelope))
+_REQUIRED_FIELDS = _ENVELOPE_FIELDS - {"session"}
+_SESSION_RE = re.compile(r"|[0-9a-f]{1,64}")
 
 
 def encode_envelope(
@@ -424,18 +437,20 @@ def encode_envelope(
     payload: bytes,
     sent_at: float,
     schema_version: int = SCHEMA_VERSION,
+    session: str = "",
 ) -> bytes:
     """``Envelope(...).encode()`` without building the envelope: what a sender of many messages
-    (a client agent's reports) calls."""
-    return packb(
-        {
-            "schema_version": schema_version,
-            "run_id": run_id,
-            "kind": kind,
-            "phase": phase,
-            "sender": sender,
-            "msg_id": msg_id,
-            "sent_at": sent_at,
-            "payload": payload,
-        }
-    )
+    (a client agent's reports) calls. An empty ``session`` is not written."""
+    frame = {
+        "schema_version": schema_version,
+        "run_id": run_id,
+        "kind": kind,
+        "phase": phase,
+        "sender": sender,
+        "msg_id": msg_id,
+        "sent_at": sent_at,
+        "payload": payload,
+    }
+    if session:
+        frame["session"] = session
+    return packb(frame)

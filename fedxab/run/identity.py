@@ -40,11 +40,12 @@ __all__ = [
     "run_id_of",
 ]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Version of the protocol dict and of the messages: parties of different versions never share
 a run. 2: a telemetry message carries a client's entries of several phases with their regret
 terms run-length encoded (:func:`fedxab.run.evaluation.telemetry_to_wire`). 3: the protocol
-holds the objective's direction."""
+holds the objective's direction. 4: every record carries the execution's session, which the
+server gives each client agent in the lobby's welcome (:mod:`fedxab.agents.lobby`)."""
 
 
 class ProtocolMismatchError(FedxabError, RuntimeError):

@@ -26,6 +26,8 @@ join.
 from __future__ import annotations
 
 import re
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,8 @@ from fedxab.security.signing import Ed25519Signer, HmacSigner, KeyId, Opened, Si
 __all__ = [
     "BAD_SIGNATURES_NAMED",
     "KEY_ENV_PREFIX",
+    "WRONG_KEY_AFTER_S",
+    "KeyWatch",
     "Signer",
     "key_env_var",
     "keyring_in",
@@ -62,9 +66,56 @@ __all__ = [
 ]
 
 BAD_SIGNATURES_NAMED = 3
-"""Broadcasts failing one hosted client's key (HMAC) or the server's public key (Ed25519), before
-any broadcast verified, after which a client agent stops with an error naming the key and its
-fingerprint."""
+"""Records failing one key, none verifying under it, over at least :data:`WRONG_KEY_AFTER_S`,
+after which the key is named as wrong (:class:`KeyWatch`)."""
+
+WRONG_KEY_AFTER_S = 10.0
+"""Seconds over which a key's failures must spread before they name it as wrong: five hellos
+of a waiting client agent (each answered by the server), many repeats of a stalled phase. A few
+forged records published at once never span it."""
+
+
+class KeyWatch:
+    """When records that fail a key are taken as proof that the key file is wrong, rather than
+    as forgeries (which are only counted).
+
+    Rule: a key is *suspect* once at least :data:`BAD_SIGNATURES_NAMED` records failed it, the
+    first and the last of them at least :data:`WRONG_KEY_AFTER_S` apart, and no record ever
+    verified under it (:meth:`verified`): a record that verifies proves the key right, after
+    which every failure is a forgery. So forged records published at once, or before the other
+    party's first genuine one reaches this party, never name a key; a party whose key really
+    differs keeps failing the other party's repeated records (the server answers each hello,
+    repeats a stalled broadcast; a client repeats its heartbeats) and is named after
+    :data:`WRONG_KEY_AFTER_S`. (A key-less attacker who floods forged records for that long
+    before the genuine party's first record gets the same verdict: no party can tell the two
+    apart before one record verifies.)"""
+
+    def __init__(self) -> None:
+        self.after_s = WRONG_KEY_AFTER_S
+        self.failed: Counter[KeyId] = Counter()
+        """Records that failed each key."""
+        self._span: dict[KeyId, tuple[float, float]] = {}
+        self._good: set[KeyId] = set()
+
+    def verified(self, *keys: KeyId) -> None:
+        """Records verified under ``keys``: they are right."""
+        self._good.update(keys)
+
+    def fail(self, key: KeyId) -> bool:
+        """A record failed ``key``; whether the key is now :meth:`suspect`."""
+        self.failed[key] += 1
+        now = time.monotonic()
+        first, _ = self._span.get(key, (now, now))
+        self._span[key] = (first, now)
+        return self.suspect(key)
+
+    def suspect(self, key: KeyId) -> bool:
+        """Whether the failures of ``key`` say it is not the other party's (the rule above)."""
+        if key in self._good or self.failed[key] < BAD_SIGNATURES_NAMED:
+            return False
+        first, last = self._span[key]
+        return last - first >= self.after_s
+
 
 KEY_ENV_PREFIX = "FEDXAB_KEY_CLIENT_"
 """Environment variables ``FEDXAB_KEY_CLIENT_<id>`` hold the (HMAC) keys when no keys_dir is
@@ -93,10 +144,11 @@ def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
     (:class:`~fedxab.broker.base.RecordTooLarge` above ``max_bytes``, the broker's
     ``max_message_bytes``), then decoded, and verified if this party signs (``signer``).
     Every defect raises a :class:`~fedxab.errors.ProtocolError` whose ``reason`` the receiver
-    counts."""
+    counts. The session is the signature's in a signing run, else the envelope's own."""
     check_record_size(value, max_bytes)
     if signer is None:
-        return Opened(Envelope.decode(value), "")
+        envelope = Envelope.decode(value)
+        return Opened(envelope, envelope.session)
     return signer.open(value)
 
 

@@ -184,8 +184,11 @@ def test_client_killed_mid_run_and_restarted_resumes_from_the_current_phase():
     assert _without_time(record) == _in_process(config)
 
 
-def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, bytes, str]]:
-    """(record key, value, expected outcome) of hostile or broken reports."""
+def _bad_reports(
+    config, run_id: str, phase: int, session: str
+) -> list[tuple[str | None, bytes, str]]:
+    """(record key, value, expected outcome) of hostile or broken reports (of ``session``,
+    this execution's, unless they say otherwise)."""
     n = config.federation.clients
 
     def report(means: np.ndarray, client: int = 0) -> bytes:
@@ -200,6 +203,7 @@ def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, byte
             sender=client_sender(0),
             msg_id="x",
             payload=report(np.array([0.5])),
+            session=session,
         )
         fields.update(changes)
         return Envelope(**fields).encode()
@@ -216,6 +220,7 @@ def _bad_reports(config, run_id: str, phase: int) -> list[tuple[str | None, byte
         ("0", env(phase=phase + 5), "invalid"),  # a future phase
         ("0", env(phase=max(phase - 1, 0)), "late"),  # a past phase
         ("0", env(kind="join"), "invalid"),
+        ("0", env(session="0" * 32), "invalid"),  # another execution's
     ]
 
 
@@ -229,7 +234,7 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
         first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
         await _until(lambda: server.counts["report_accepted"] == 5)  # phase 1 waits for client 5
-        bad = _bad_reports(config, run_id, server.phase)
+        bad = _bad_reports(config, run_id, server.phase, server.session)
         for key, value, _ in bad:
             await broker.publish(topic, key, value)
         last = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5])
@@ -241,7 +246,7 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
     expected = {"invalid": 0, "late": 0}
     for _, _, outcome in bad:
         expected[outcome] += 1
-    assert expected == {"invalid": 9, "late": 1}
+    assert expected == {"invalid": 10, "late": 1}
     assert server.counts["report_invalid"] == expected["invalid"]
     assert server.counts["report_late"] == expected["late"]
     assert _without_time(record) == _in_process(config)

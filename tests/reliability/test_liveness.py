@@ -16,6 +16,7 @@ from fedxab.agents.server import ServerAgent
 from fedxab.broker.memory import MemoryBroker
 from fedxab.errors import FedxabError
 from fedxab.run.identity import run_id_for
+from fedxab.security import agents as security_agents
 from fedxab.security.keys import generate_keys, load_key
 
 
@@ -53,9 +54,14 @@ def two_key_sets(tmp_path):
     return tmp_path / "server", tmp_path / "wrong"
 
 
-def test_a_wrong_key_is_named_with_its_fingerprint_by_server_and_client(two_key_sets, caplog):
+def test_a_wrong_key_is_named_with_its_fingerprint_by_server_and_client(
+    two_key_sets, caplog, monkeypatch
+):
+    """Named once its records keep failing for WRONG_KEY_AFTER_S (10 s in a deployment; 1 s
+    here, and 0.5 s for the server, which must name it before the client agent stops)."""
+    monkeypatch.setattr(security_agents, "WRONG_KEY_AFTER_S", 1.0)
     server_keys, wrong_keys = two_key_sets
-    agents = {"rebroadcast_s": 0.05, "status_interval_s": 60}
+    agents = {"rebroadcast_s": 0.05, "status_interval_s": 60, "heartbeat_s": 0.1}
     config = _config(agents=agents, security={"keys_dir": str(server_keys), "sign": True})
     stray = _config(agents=agents, security={"keys_dir": str(wrong_keys), "sign": True})
     run_id = run_id_for(config, 0)
@@ -63,6 +69,7 @@ def test_a_wrong_key_is_named_with_its_fingerprint_by_server_and_client(two_key_
     async def main() -> None:
         broker = MemoryBroker()
         server = ServerAgent(config, 0, broker, run_id=run_id)
+        server.keys.after_s = 0.5
         good = ClientAgent(config, 0, broker, run_id=run_id, client_ids=[0, 1, 2])
         wrong = ClientAgent(stray, 0, broker, run_id=run_id, client_ids=[3])
         tasks = [asyncio.create_task(a.run()) for a in (server, good)]
