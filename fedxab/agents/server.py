@@ -210,7 +210,7 @@ class ServerAgent:
         )
         """Regret terms decoded from telemetry, shared by the clients that sent the same
         (:func:`~fedxab.run.evaluation.telemetry_from_wire`)."""
-        self.keys = KeyWatch()
+        self.keys = KeyWatch(part=0.5)  # a log line: before the client agent stops
         """Messages that claimed to come from a client but failed its key (by client), and
         whether that says the client's key is not the server's."""
         self._last_report: Record | None = None

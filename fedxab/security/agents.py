@@ -72,7 +72,9 @@ after which the key is named as wrong (:class:`KeyWatch`)."""
 WRONG_KEY_AFTER_S = 10.0
 """Seconds over which a key's failures must spread before they name it as wrong: five hellos
 of a waiting client agent (each answered by the server), many repeats of a stalled phase. A few
-forged records published at once never span it."""
+forged records published at once never span it. A server, which only names a client's key in
+its log (it stops nothing), names it after half of it: before the client agent, which keeps
+failing the server's records as long, stops."""
 
 
 class KeyWatch:
@@ -90,8 +92,9 @@ class KeyWatch:
     before the genuine party's first record gets the same verdict: no party can tell the two
     apart before one record verifies.)"""
 
-    def __init__(self) -> None:
-        self.after_s = WRONG_KEY_AFTER_S
+    def __init__(self, part: float = 1.0) -> None:
+        self.after_s = part * WRONG_KEY_AFTER_S
+        """The span of the rule (``part`` of :data:`WRONG_KEY_AFTER_S`)."""
         self.failed: Counter[KeyId] = Counter()
         """Records that failed each key."""
         self._span: dict[KeyId, tuple[float, float]] = {}
