@@ -11,8 +11,9 @@ The file is msgpack (no pickle), owner-only, written atomically (temporary file,
 :func:`~fedxab.private_files.write_atomically`): a crash mid-write leaves the previous checkpoint
 intact. It carries the SHA-256 digest of its contents: a file changed on disk is refused with
 :class:`CheckpointError`, never loaded. It names its run; resuming another run's checkpoint is
-refused. It also keeps the execution's session (:mod:`fedxab.agents.lobby`), so a restarted
-server goes on in the same session, and client agents restarted after it are welcomed into it.
+refused. It also keeps the execution's session (:mod:`fedxab.agents.lobby`), written as soon as
+the server draws it (before any phase closes), so a restarted server goes on in the same session,
+and client agents welcomed before the restart, or restarted after it, are in it.
 """
 
 from __future__ import annotations
@@ -113,8 +114,13 @@ class ServerCheckpoint:
         return data
 
     def append(self, closed: ClosedPhase) -> None:
-        """Record a closed phase, then write the whole checkpoint atomically."""
+        """Record a closed phase, then write the whole checkpoint (:meth:`save`)."""
         self.phases.append(closed)
+        self.save()
+
+    def save(self) -> None:
+        """Write the whole checkpoint (session and closed phases) atomically, if it has a
+        path."""
         if self.path is None:
             return
         body = packb(

@@ -66,8 +66,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.failures import Aborted, failure_body, failure_text
-from fedxab.agents.lobby import announce_and_watch
+from fedxab.agents.lobby import HELLO_INTERVAL_S, announce_and_watch
 from fedxab.agents.supervise import supervised
+from fedxab.agents.waits import wait_set
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
@@ -139,6 +140,7 @@ class ClientAgent:
         """Who watches this agent's clients (its own metrics; or, ``metrics_privacy_only``,
         only their epsilon, beside a server agent that exports the rest)."""
         self.heartbeat_s = config.agents.heartbeat_s
+        self.status_interval_s = config.agents.status_interval_s
         self.executor = executor
         self.inline_answer_s = config.agents.inline_answer_s
         self._last_answer_s = math.inf  # the first answer goes to the thread
@@ -543,6 +545,10 @@ class ClientAgent:
         """Tell the server each hosted client saw the final answer (so it stops repeating it)."""
         await self._to_every_client("leave", phase, "leave", lambda m: None)
 
+    async def _stopped(self, phase: int) -> None:
+        """Tell the server each hosted client took its abort (:mod:`fedxab.agents.failures`)."""
+        await self._to_every_client("stopped", phase, f"stopped:{phase}", lambda m: None)
+
     async def _heartbeats(self) -> None:
         beat = 0
         while True:
@@ -551,12 +557,18 @@ class ClientAgent:
             await self._to_every_client("heartbeat", 0, f"heartbeat:{beat}", lambda m: None)
 
     async def _tell_failure(self, exc: EvaluationError, phase: int) -> None:
-        """Tell the server that client ``exc.client``'s objective failed, before this agent
-        stops with the error (the server stops the run: :mod:`fedxab.agents.failures`)."""
+        """Tell the server that client ``exc.client``'s objective failed, and that this agent's
+        other clients stop with it, before this agent stops with the error (the server stops
+        the run: :mod:`fedxab.agents.failures`)."""
         m = exc.client
         body = packb(failure_body(str(exc)))
-        record = self._envelope("failed", m, phase, f"failed:{phase}", body)
-        await self.broker.publish_many(self.topics["control"], [(str(m), record)])
+        records = [(str(m), self._envelope("failed", m, phase, f"failed:{phase}", body))]
+        records += [
+            (str(k), self._envelope("stopped", k, phase, f"stopped:{phase}", packb(None)))
+            for k in self.clients
+            if k != m
+        ]
+        await self.broker.publish_many(self.topics["control"], records)
 
     async def _to_every_client(
         self, kind: str, phase: int, msg_id: str, body: Callable[[int], Any]
@@ -638,11 +650,11 @@ class ClientAgent:
         its keys only (a hosted client whose key is not the server's fails its hello at the
         server, which then never welcomes it: the server's broadcasts are what tell it)."""
         if self.signer is None:
-            await self._matched.wait()
+            await self._welcome()
             return
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         probe = asyncio.ensure_future(self._probe_keys(sub))
-        welcome = asyncio.ensure_future(self._matched.wait())
+        welcome = asyncio.ensure_future(self._welcome())
         try:
             await asyncio.wait({probe, welcome}, return_when=asyncio.FIRST_COMPLETED)
             if probe.done():
@@ -653,6 +665,21 @@ class ClientAgent:
             await asyncio.gather(probe, welcome, return_exceptions=True)
             await sub.close()
         await self._matched.wait()
+
+    async def _welcome(self) -> None:
+        """Until the server's welcome; a warning every ``status_interval_s`` meanwhile."""
+        t0 = time.monotonic()
+        while not await wait_set(self._matched, self.status_interval_s):
+            log.warning(
+                "run %s: no welcome from the server after %.0f s (a hello every %.0f s on "
+                "%s): is this run's server running? A client agent learns its execution's "
+                "session from the server only, so a run whose server has ended cannot be "
+                "joined",
+                self.run_id,
+                time.monotonic() - t0,
+                HELLO_INTERVAL_S,
+                lobby_topic(self.namespace),
+            )
 
     async def _probe_keys(self, sub: Any) -> None:
         """Check the signatures of the broadcast topic's records (:meth:`_await_session`)."""
@@ -705,6 +732,7 @@ class ClientAgent:
                 if isinstance(msg, Aborted):
                     if record.offset < replay_until:
                         continue  # an old record of the topic
+                    await self._stopped(int(msg.phase))  # (the server waits for every client)
                     raise FedxabError(f"the server stopped the run: {msg.text}")
                 if isinstance(msg, Finished):
                     self.finished = msg

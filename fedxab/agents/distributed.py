@@ -84,6 +84,7 @@ def _server_agent(
     resume: bool | None = None,
     family: ClientFamily | None = None,
     local_clients: bool = False,
+    sessions: dict[str, str] | None = None,
 ) -> ServerAgent:
     run_id = run_id_for(config, seed)
     job = [run_id_for(config, s) for s in config.run.seeds]
@@ -100,6 +101,7 @@ def _server_agent(
         resume=resume,
         family=family,
         local_clients=local_clients,
+        sessions=sessions,
     )
 
 
@@ -244,9 +246,14 @@ async def serve(
     on_run_start: RunStartCallback | None = None,
     metrics: FederationMetrics | None = None,
 ) -> RunResults:
-    """The server side of every seed of ``config`` (one after the other) on ``broker``."""
+    """The server side of every seed of ``config`` (one after the other) on ``broker``. Each
+    run's session stays known to the later runs' server agents, whose lobby welcomes a client
+    agent of an earlier run (:class:`~fedxab.agents.server.ServerAgent`)."""
+    sessions: dict[str, str] = {}
     runs = [
-        await _server_agent(config, seed, broker, checkpoint_dir, progress, metrics).run()
+        await _server_agent(
+            config, seed, broker, checkpoint_dir, progress, metrics, sessions=sessions
+        ).run()
         for seed in announce_seeds(config, on_run_start)
     ]
     return collect_results(config, runs)

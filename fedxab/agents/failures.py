@@ -6,7 +6,12 @@ sends a ``failed`` control message with that error's line before it stops; the s
 run with the line naming the client (exit status 2 from the command line) and publishes an
 ``abort`` on the broadcast topic, so that every other client agent stops with the same line
 instead of waiting for a phase that will never come. Both bodies are one map ``{"error": line}``
-(:func:`failure_body`, :func:`failure_text`).
+(:func:`failure_body`, :func:`failure_text`). A client agent that takes the abort, and the
+failing client's agent for its other clients, send a ``stopped`` control message per client; the
+server publishes the abort again every ``rebroadcast_s`` and keeps welcoming client agents in the
+lobby until every client has failed or stopped (or ``telemetry_timeout_s`` pass without one more),
+so a client agent started late, restarted, or whose copy of the abort was lost still learns the
+execution's session and takes the abort.
 """
 
 from __future__ import annotations

@@ -21,7 +21,11 @@ that answers its own nonce (fresh at each start, so a welcome of an earlier exec
 none of its hellos), takes only broadcasts of that session, and writes it into every record it
 sends; the server refuses a client's record of another session (:mod:`fedxab.agents.client`,
 :mod:`fedxab.agents.server`). A restarted client agent learns the session again from the
-server; a restarted server keeps it (checkpoint).
+server (a server process serving a later run of the job welcomes the earlier runs' hellos too,
+as a restarted client process replays those runs first); a restarted server keeps it
+(checkpoint). A client agent cannot join a run whose server has ended: nothing else can tell it
+which session is this execution's. (The server of a run stopped by a client's failure therefore
+stays until every client agent has taken its abort: :mod:`fedxab.agents.failures`.)
 
 With signing on, hellos, welcomes and refusals are signed like every other message (a hello with
 the first hosted client, a welcome or refusal by the server about the client it answers), so a
@@ -215,15 +219,19 @@ async def refuse_strangers(
     signer: Signer | None,
     *,
     run_id: str = "",
-    session: str = "",
+    sessions: Mapping[str, str] | None = None,
     refused: Callable[[SignatureError], None] = lambda exc: None,
 ) -> None:
-    """A server agent's side, until cancelled: every hello of run ``run_id`` gets a welcome
-    with ``session`` (once per nonce; hellos published before this server started too, so a
-    client that said hello first need not wait for its next one); every hello published since
-    it started whose run id is none of ``known_runs`` is logged as an error and refused, naming
-    each field where it differs from ``protocol`` (the server's current run). ``refused``: told
-    of each hello of run ``run_id`` published since it started that failed a signature check."""
+    """A server agent's side, until cancelled: every hello of a run whose session ``sessions``
+    holds (by run id; read at each hello, so a session added later counts) gets a welcome with
+    that session, once per nonce: a hello of run ``run_id`` (the server's current run) even if
+    published before this server started, so a client that said hello first need not wait for
+    its next one; a hello of another of the job's runs (a client agent replaying an earlier
+    run of the job, restarted while the server serves a later one) if published since. Every
+    hello published since it started whose run id is none of ``known_runs`` is logged as an
+    error and refused, naming each field where it differs from ``protocol``. ``refused``: told
+    of each hello published since it started that failed a signature check."""
+    sessions = {} if sessions is None else sessions
     sub = broker.subscribe(topic, None)
     try:
         start = await sub.end_offsets()
@@ -233,7 +241,8 @@ async def refuse_strangers(
             max_bytes = broker.max_message_bytes
             live = record.offset >= start.get(record.partition, 0)
             try:
-                welcome = _welcome_of(record, run_id, session, signer, welcomed, max_bytes)
+                runs = sessions if live else {run_id: sessions.get(run_id, "")}
+                welcome = _welcome_of(record, runs, signer, welcomed, max_bytes)
             except SignatureError as exc:
                 if live:
                     refused(exc)
@@ -251,17 +260,16 @@ async def refuse_strangers(
 
 def _welcome_of(
     record: Record,
-    run_id: str,
-    session: str,
+    sessions: Mapping[str, str],
     signer: Signer | None,
     welcomed: set[str],
     max_bytes: int,
 ) -> bytes | None:
-    """The welcome of the hello of run ``run_id`` in ``record`` (its nonce and ``session``),
-    or None (not such a hello, or one whose nonce was welcomed already: ``welcomed``, at most
-    :data:`_REPORTED_NONCES` of them). A record that fails a signature check raises its
-    :class:`SignatureError`."""
-    if not session:
+    """The welcome of the hello in ``record`` (its nonce and its run's session in
+    ``sessions``), or None (not a hello of a run ``sessions`` has a session for, or one whose
+    nonce was welcomed already: ``welcomed``, at most :data:`_REPORTED_NONCES` of them). A
+    record that fails a signature check raises its :class:`SignatureError`."""
+    if not any(sessions.values()):
         return None
     try:
         env = open_record(record.value, signer, max_bytes).envelope
@@ -270,8 +278,10 @@ def _welcome_of(
     except ProtocolError:
         return None
     try:
-        if env.kind != "hello" or env.run_id != run_id:
+        session = sessions.get(env.run_id, "") if env.kind == "hello" else ""
+        if not session:
             return None
+        run_id = env.run_id
         body = env.body()
         nonce, clients = body["nonce"], body["clients"]
         if not (isinstance(nonce, str) and isinstance(clients, list) and clients):

@@ -54,7 +54,7 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +140,7 @@ class ServerAgent:
         resume: bool | None = None,
         family: ClientFamily | None = None,
         local_clients: bool = False,
+        sessions: dict[str, str] | None = None,
     ) -> None:
         if config.federation is None or config.agents is None:
             raise ConfigError("algorithm.name", f"{config.algorithm.name!r} is not federated")
@@ -194,10 +195,20 @@ class ServerAgent:
         """Refused messages by (topic, reason)."""
         self.session = ""
         """This execution's session: drawn at the first start, then checkpointed."""
+        self.sessions = {} if sessions is None else sessions
+        """The sessions of the job's runs this server knows, by run id: its own once drawn, and
+        (shared by the server agents of one process, :func:`~fedxab.agents.distributed.serve`)
+        those of the job's earlier runs. The lobby welcomes a client agent of any of them: a
+        client process restarted while the server serves a later run replays the earlier
+        runs first, and needs their sessions to."""
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.failure: str | None = None
         """Why the run stops: a client's objective failed (its ``failed`` message)."""
+        self.stopped: set[int] = set()
+        """Clients whose objective failed, or whose agent took the server's abort (``failed``
+        and ``stopped`` messages of this execution): once every client is, an aborted run's
+        server stops (:meth:`_abort`)."""
         self._control_live: dict[int, int] = {}
         """Per partition of the control topic, the first offset of this execution: a
         ``failed`` message before it belongs to an earlier execution of the run."""
@@ -349,7 +360,7 @@ class ServerAgent:
         """Join, leave, heartbeat and telemetry messages (idempotent)."""
         env = self._envelope(
             record,
-            ("join", "leave", "heartbeat", "telemetry", "outcome", "failed", "best_dp"),
+            ("join", "leave", "heartbeat", "telemetry", "outcome", "failed", "stopped", "best_dp"),
             "control",
         )
         if env is None:
@@ -386,8 +397,16 @@ class ServerAgent:
                 log.info(
                     "run %s: an earlier execution's failure of client %d: %s", self.run_id, m, text
                 )
-            elif self.failure is None:
-                self.failure = f"run {self.run_id}: client {m} failed at phase {env.phase}: {text}"
+            else:
+                self.stopped.add(m)
+                if self.failure is None:
+                    self.failure = (
+                        f"run {self.run_id}: client {m} failed at phase {env.phase}: {text}"
+                    )
+                self._wakeup.set()
+        elif env.kind == "stopped":
+            if record.offset >= self._control_live.get(record.partition, 0):  # (not a resumed
+                self.stopped.add(m)  # run's earlier abort)
                 self._wakeup.set()
         elif env.kind == "best_dp":
             withheld = self.run_session.withheld
@@ -508,11 +527,16 @@ class ServerAgent:
 
     def _open_session(self) -> None:
         """Load the checkpoint (if this server may resume) and take its session, or draw a
-        new one (:func:`~fedxab.agents.lobby.new_session`), kept in the checkpoint."""
+        new one (:func:`~fedxab.agents.lobby.new_session`) and write it into the checkpoint at
+        once; either way it joins :attr:`sessions`."""
         # a server that may not resume starts afresh, and overwrites a stale checkpoint
         self._closed = self.checkpoint.load() if self.may_resume else []
-        self.session = (self.may_resume and self.checkpoint.session) or new_session()
+        resumed = self.may_resume and self.checkpoint.session
+        self.session = resumed or new_session()
         self.checkpoint.session = self.session
+        if not resumed:  # written now: a server killed before its first phase closes keeps it
+            self.checkpoint.save()
+        self.sessions[self.run_id] = self.session
 
     def _replay(self) -> Any:
         """Start the state machine and replay the checkpointed phases (:meth:`_open_session`);
@@ -603,9 +627,20 @@ class ServerAgent:
     async def _abort(self, msg: Any) -> None:
         """Stop the run because a client's objective failed: tell every client agent (an
         ``abort`` on the broadcast topic, sealed as a broadcast is) and raise the failure's
-        line (:mod:`fedxab.agents.failures`)."""
+        line (:mod:`fedxab.agents.failures`). Before it raises, the server goes on answering
+        the lobby and publishing the abort again (:meth:`_linger`) until every client has
+        stopped (a ``failed`` or ``stopped`` message): a client agent that was not yet welcomed
+        when the abort came (started late, or restarted) learns the session from this server
+        only, and a lost abort is published again, as a lost final answer is."""
         assert self.failure is not None
-        await self._to_every_client("abort", int(msg.phase), packb(failure_body(self.failure)))
+        phase, body = int(msg.phase), packb(failure_body(self.failure))
+        await self._to_every_client("abort", phase, body)
+        log.info("run %s: stopping; waiting for every client agent to stop", self.run_id)
+        await self._linger(
+            done=lambda: len(self.stopped) == self.n_clients,
+            progress=lambda: len(self.stopped),
+            repeat=lambda: self._to_every_client("abort", phase, body),
+        )
         raise FedxabError(self.failure)
 
     def _waiting_text(self, phase: int, waited: float) -> str:
@@ -728,25 +763,12 @@ class ServerAgent:
         than that to deliver, are all counted. Meanwhile the final answer is broadcast again
         every ``rebroadcast_s`` without news: a client that lost it would otherwise wait for
         it forever."""
-        idle_s = self.settings.telemetry_timeout_s
         expected = self.run_session.expected_use()
-
-        def progress() -> tuple[int, int]:
-            return self.fresh_telemetry, len(self.left)
-
-        def done() -> bool:
-            return self.sums.complete(expected) and len(self.left) == self.n_clients
-
-        seen, stop = progress(), time.monotonic() + idle_s
-        while not done() and time.monotonic() < stop:
-            self._wakeup.clear()
-            wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
-            woken = await wait_set(self._wakeup, max(0.001, wait))
-            if not woken and time.monotonic() < stop:
-                self._count("broadcast_repeated")
-                await self._publish(self.finished)
-            if progress() != seen:
-                seen, stop = progress(), time.monotonic() + idle_s
+        await self._linger(
+            done=lambda: self.sums.complete(expected) and len(self.left) == self.n_clients,
+            progress=lambda: (self.fresh_telemetry, len(self.left)),
+            repeat=lambda: self._publish(self.finished),
+        )
         gone = sorted(set(range(self.n_clients)) - self.left)
         if gone:
             log.warning(
@@ -766,6 +788,27 @@ class ServerAgent:
                 coverage["pulls_received"],
                 coverage["pulls_expected"],
             )
+
+    async def _linger(
+        self,
+        done: Callable[[], bool],
+        progress: Callable[[], object],
+        repeat: Callable[[], Awaitable[object]],
+    ) -> None:
+        """Until ``done()``, or until ``telemetry_timeout_s`` pass without a change of
+        ``progress()`` (an idle limit); meanwhile ``repeat()`` (the server's last word, published
+        again) every ``rebroadcast_s`` without news."""
+        idle_s = self.settings.telemetry_timeout_s
+        seen, stop = progress(), time.monotonic() + idle_s
+        while not done() and time.monotonic() < stop:
+            self._wakeup.clear()
+            wait = min(self.settings.rebroadcast_s, stop - time.monotonic())
+            woken = await wait_set(self._wakeup, max(0.001, wait))
+            if not woken and time.monotonic() < stop:
+                self._count("broadcast_repeated")
+                await repeat()
+            if progress() != seen:
+                seen, stop = progress(), time.monotonic() + idle_s
 
     async def _check_fresh_or_resuming(self) -> None:
         """Refuse to start a run whose broadcast topic already holds broadcasts, unless this
@@ -829,7 +872,7 @@ class ServerAgent:
                         self.known_runs,
                         self.signer,
                         run_id=self.run_id,
-                        session=self.session,
+                        sessions=self.sessions,
                         refused=self._lobby_refused,
                     ),
                 },

@@ -259,6 +259,7 @@ ENVELOPE_KINDS = (
     "telemetry",  # client -> server (control): simulation-only regret terms, see agents
     "abort",  # server -> clients (broadcast topic): the run is stopped, see agents.failures
     "failed",  # client -> server (control): the client's objective failed, see agents.failures
+    "stopped",  # client -> server (control): the client stopped with a failed run (its abort)
     "ledger",  # either way (ledger topic): a privacy event
     "outcome",  # client -> server (control): what the client observed of its objective
     "best_dp",  # client -> server (control): its best value as a charged DP release (opt-in)

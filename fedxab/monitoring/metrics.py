@@ -44,8 +44,9 @@ transport,role,run_id}``                               one); one series at a tim
                                                        ``duplicate``, ``late``, ``invalid``
 ``fedxab_control_messages_total{kind}``     counter    server: control-topic messages, ``join``,
                                                        ``leave``, ``heartbeat``, ``telemetry``,
-                                                       ``invalid``, ``duplicate`` (a second join
-                                                       or leave of one client)
+                                                       ``stopped`` (a client stopped with an
+                                                       aborted run), ``invalid``, ``duplicate``
+                                                       (a second join or leave of one client)
 ``fedxab_broadcasts_repeated_total``        counter    server: broadcasts published again (stall)
 ``fedxab_broadcasts_invalid_total``         counter    client: broadcasts rejected as invalid
 ``fedxab_ledger_records_invalid_total``     counter    server: invalid ledger-topic records
@@ -118,7 +119,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
-CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "invalid")
+CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "stopped", "invalid")
 REJECTED_TOPICS = ("report", "control", "ledger", "broadcast")
 REJECT_REASONS = (
     *SIGNATURE_REASONS,  # malformed (undecodable), missing_signature, unknown_sender, bad_signature
@@ -235,7 +236,7 @@ METRICS: dict[str, str] = {
     "fedxab_reports": "Reports received by the server, by outcome "
     "(accepted, duplicate, late, invalid).",
     "fedxab_control_messages": "Control-topic messages received by the server, by kind "
-    "(join, leave, heartbeat, telemetry, invalid).",
+    "(join, leave, heartbeat, telemetry, stopped, invalid).",
     "fedxab_broadcasts_repeated": "Broadcasts the server published again (a stalled phase).",
     "fedxab_broadcasts_invalid": "Broadcasts a client agent rejected as invalid.",
     "fedxab_messages_rejected": "Messages refused, by topic (report, control, ledger, "
@@ -465,7 +466,8 @@ class FederationMetrics(RunObserver):
             self._rejected.labels(topic, reason).inc(n)
 
     def on_control(self, kind: str) -> None:
-        """One control-topic message of ``kind`` (join, leave, heartbeat, telemetry, invalid)."""
+        """One control-topic message of ``kind`` (join, leave, heartbeat, telemetry, stopped,
+        invalid)."""
         counter = self._control.get(kind)
         if counter is not None:
             counter.inc()

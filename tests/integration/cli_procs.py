@@ -157,7 +157,12 @@ class ProcessFederation:
         proc.wait(10)
 
     def phases_checkpointed(self) -> bool:
-        return any(self.checkpoints.glob("*.ckpt"))
+        """Whether the server has checkpointed a closed phase (its checkpoint file is written
+        at its start already, with the session and no phase)."""
+        from fedxab.agents.checkpoint import ServerCheckpoint
+
+        paths = self.checkpoints.glob("*.ckpt")
+        return any(ServerCheckpoint.closed_phases_in(path) for path in paths)
 
     def closed_phases(self) -> int:
         """Phases in the server's checkpoint now."""

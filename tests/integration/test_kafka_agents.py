@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_procs import ProcessFederation, until, without_time
+from cli_procs import ProcessFederation, log_line, until, without_time
 from outage_proxy import OutageProxy
 
 from fedxab.agents.client import ClientAgent
@@ -179,8 +179,11 @@ def test_a_process_killed_mid_run_and_restarted_changes_nothing(federation, vict
 
 
 def test_a_client_process_stops_cleanly_on_sigterm(federation):
-    federation.start("client-a")  # no server: it waits for broadcasts
-    time.sleep(3)
+    federation.start("client-a")  # no server: it waits for its welcome
+    # started (its imports done: a fixed 3 s was too short on a loaded machine, where the
+    # signal came before the command line began and killed the interpreter: status -15)
+    log_line(federation.log("client-a"), "fedxab client: ", timeout=60)
+    time.sleep(2)
     proc = federation.procs["client-a"]
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(20)

@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 from config_factory import sim_config
 
+from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.client import ClientAgent
+from fedxab.agents.distributed import client_agent, host_clients, serve
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import ServerAgent
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import run_topics
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.broker.memory import MemoryBroker
+from fedxab.errors import EvaluationError, FedxabError
 from fedxab.privacy.mirror import read_to_end
 from fedxab.run.identity import run_id_for
 from fedxab.security.keys import generate_keys
@@ -63,6 +66,11 @@ async def _until(condition, timeout=20.0):
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.005)
+
+
+def _published(broker: MemoryBroker, topic: str) -> int:
+    """Records on ``topic`` of the embedded broker so far."""
+    return len(broker._topic(topic).records)
 
 
 @pytest.fixture(params=["unsigned", "hmac"])
@@ -119,3 +127,98 @@ def test_replayed_and_forged_broadcasts_of_other_executions_change_nothing(confi
     for agent in (first, last):
         assert agent.session == server.session
         assert agent.counts["broadcast_invalid"] >= 3 + len(earlier)
+
+
+# ---------------------------------------------------------------- restarts and aborts (sessions)
+def test_a_client_process_restarted_during_a_later_run_replays_the_earlier_one(tmp_path):
+    """A client process restarted while its server serves the job's second run replays the
+    first run before it (as ``fedxab client`` does): the server's second-run agent welcomes it
+    into the first run's session (and a restarted server keeps a run's session from its
+    checkpoint, written before any phase closes), so both runs end with the in-process
+    results. Before, it waited forever for a welcome of the first run (test_soak's hang)."""
+    config = sim_config(
+        "fedpne",
+        clients=CLIENTS,
+        budget=1500,
+        heterogeneity="offset",
+        run={"seed": SEED, "repeats": 2},
+        agents={"rebroadcast_s": 0.5, "telemetry_timeout_s": 2.0},
+    )
+    first, second = (run_id_for(config, seed) for seed in config.run.seeds)
+
+    async def main():
+        broker = MemoryBroker()
+        served = asyncio.create_task(serve(config, broker, checkpoint_dir=tmp_path))
+        stays = asyncio.create_task(host_clients(config, broker, [0, 1, 2]))
+        gone = client_agent(config, config.run.seeds[0], broker, [3, 4, 5])
+        await gone.run()  # the first run only: this process is then "killed"
+        second_topic = run_topics("fedxab", second)["broadcast"]
+        await _until(lambda: _published(broker, second_topic) > 0)  # the second run is open
+        restarted = asyncio.create_task(host_clients(config, broker, [3, 4, 5]))
+        async with asyncio.timeout(30):
+            return await asyncio.gather(served, stays, restarted)
+
+    results, _, replayed = asyncio.run(main())
+    for seed, run in zip(config.run.seeds, results.runs, strict=True):
+        assert _without_time(run) == _without_time(Federation(config, seed).run())
+    assert len(replayed.runs) == 2  # the restarted process finished both runs
+    checkpoint = ServerCheckpoint(tmp_path / f"{first}.ckpt", first)
+    checkpoint.load()
+    assert len(checkpoint.session) == 32
+
+
+def test_a_server_keeps_its_session_from_before_its_first_phase_closes(tmp_path):
+    """The session is in the checkpoint as soon as the server draws it: a server killed in its
+    first phase comes back in the same session (else the client agents welcomed before would
+    refuse every broadcast of the new one as a replay, and the run would hang)."""
+    config = _config()
+    run_id = run_id_for(config, SEED)
+    path = tmp_path / f"{run_id}.ckpt"
+
+    async def first_phase_only() -> str:
+        broker = MemoryBroker()
+        server = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=path)
+        task = asyncio.create_task(server.run())
+        await _until(lambda: server.counts["broadcast_repeated"] > 0)  # phase 1 is open
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return server.session
+
+    session = asyncio.run(first_phase_only())
+    checkpoint = ServerCheckpoint(path, run_id)
+    assert checkpoint.load() == [] and checkpoint.session == session
+
+
+def test_a_client_welcomed_after_the_abort_takes_it_and_every_process_stops():
+    """A client's objective returns NaN in phase 1; a client agent that starts only after the
+    server published its abort is still welcomed (the server stays until every client stopped)
+    and stops with the server's line, as does the failing client's agent; then the server
+    stops. Before, the server left at once and the late agent waited forever for a welcome
+    (test_user_objectives' NaN test on the dev broker, when a client process started slowly)."""
+    config = _config()
+    run_id = run_id_for(config, SEED)
+
+    def objective(x, client_id):
+        return float("nan") if client_id == 4 else -float(np.sum((np.asarray(x) - 0.3) ** 2))
+
+    async def main():
+        broker = MemoryBroker()
+        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        early = ClientAgent(
+            config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4], functions=objective
+        )
+        tasks = [asyncio.create_task(a.run()) for a in (server, early)]
+        topic = run_topics("fedxab", run_id)["broadcast"]
+        await _until(lambda: server.failure is not None and _published(broker, topic) >= 2)
+        late = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5], functions=objective)
+        tasks.append(asyncio.create_task(late.run()))
+        async with asyncio.timeout(20):
+            return await asyncio.gather(*tasks, return_exceptions=True), server
+
+    (stopped, failed, late), server = asyncio.run(main())
+    line = "client 4 failed at phase 1"
+    assert isinstance(stopped, FedxabError) and line in str(stopped)
+    assert isinstance(failed, EvaluationError) and "client 4" in str(failed)
+    assert isinstance(late, FedxabError) and "the server stopped the run" in str(late)
+    assert line in str(late)
+    assert server.stopped == set(range(CLIENTS))
