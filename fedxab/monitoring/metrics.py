@@ -119,7 +119,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REPORT_OUTCOMES = ("accepted", "duplicate", "late", "invalid")
-CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "stopped", "invalid")
+CONTROL_KINDS = ("join", "leave", "heartbeat", "telemetry", "stopped", "invalid", "duplicate")
 REJECTED_TOPICS = ("report", "control", "ledger", "broadcast")
 REJECT_REASONS = (
     *SIGNATURE_REASONS,  # malformed (undecodable), missing_signature, unknown_sender, bad_signature
@@ -236,7 +236,7 @@ METRICS: dict[str, str] = {
     "fedxab_reports": "Reports received by the server, by outcome "
     "(accepted, duplicate, late, invalid).",
     "fedxab_control_messages": "Control-topic messages received by the server, by kind "
-    "(join, leave, heartbeat, telemetry, stopped, invalid).",
+    "(join, leave, heartbeat, telemetry, stopped, invalid, duplicate).",
     "fedxab_broadcasts_repeated": "Broadcasts the server published again (a stalled phase).",
     "fedxab_broadcasts_invalid": "Broadcasts a client agent rejected as invalid.",
     "fedxab_messages_rejected": "Messages refused, by topic (report, control, ledger, "
@@ -467,7 +467,7 @@ class FederationMetrics(RunObserver):
 
     def on_control(self, kind: str) -> None:
         """One control-topic message of ``kind`` (join, leave, heartbeat, telemetry, stopped,
-        invalid)."""
+        invalid, duplicate: a second join or leave of one client)."""
         counter = self._control.get(kind)
         if counter is not None:
             counter.inc()

@@ -176,6 +176,7 @@ def test_phases_messages_reports_and_regret_add_up():
     metrics.on_report("duplicate")
     metrics.on_report("late", 0)
     metrics.on_control("telemetry")
+    metrics.on_control("duplicate")  # the server's count of a second join or leave
     metrics.on_control("unknown-kind")  # ignored, never a new label value
     metrics.on_evaluations(12)
     metrics.on_regret(t=3, cumulative=1.5, local=0.5, global_simple=0.1)
@@ -193,6 +194,7 @@ def test_phases_messages_reports_and_regret_add_up():
     for outcome, n in zip(REPORT_OUTCOMES, (3, 1, 0, 0), strict=True):
         assert value(text, "fedxab_reports_total", outcome=outcome) == n
     assert value(text, "fedxab_control_messages_total", kind="telemetry") == 1
+    assert value(text, "fedxab_control_messages_total", kind="duplicate") == 1
     assert value(text, "fedxab_evaluations_total") == 12
     assert value(text, "fedxab_round") == 3
     assert value(text, "fedxab_cumulative_regret") == 1.5
