@@ -488,7 +488,9 @@ class ObjectiveConfig:
         table = _as_table(cls.SECTION, table)
         user = {k: table[k] for k in _USER_OBJECTIVE_KEYS if k in table}
         function = user.get("function")
-        name = table.get("name", cls.name if function is None else str(function))
+        # (a function that is not a string is refused by __post_init__, its value never str()'d:
+        # a deeply nested value would overflow the stack)
+        name = table.get("name", function if isinstance(function, str) else cls.name)
         if "noise" in table:
             noise = NoiseConfig.from_value(table["noise"])
         else:

@@ -362,3 +362,15 @@ def test_a_domain_whose_width_overflows_is_refused_at_config_time():
         config_from_dict(raw)
     raw["objective"]["domain"][1] = [-8e307, 8e307]  # wide, but its width is a float
     assert list(config_from_dict(raw).objective.domain[1]) == [-8e307, 8e307]
+
+
+@pytest.mark.parametrize("name", [{}, {"name": "garland"}])
+def test_a_deeply_nested_objective_function_is_a_config_error_not_a_recursion(name):
+    """Found by the config property test: a function value nested thousands deep was str()'d
+    for the objective's default name (even when a name was given) and overflowed the stack."""
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"objective": {**name, "function": deep}})
+    assert err.value.field == "objective.function"
