@@ -266,11 +266,13 @@ def _resign(env: Envelope, key: SecretKey, session: str, **changes) -> bytes:
     return seal(dataclasses.replace(env, **changes).encode(), key, session=session)
 
 
-def _tampered(signed: SignedEnvelope) -> bytes:
-    """The record with the last byte of its envelope (the payload's last byte) flipped."""
-    body = bytearray(signed.envelope)
-    body[-1] ^= 0x01
-    return SignedEnvelope(bytes(body), signed.sig, signed.session).encode()
+def _tampered(signed: SignedEnvelope, env: Envelope) -> bytes:
+    """The record with its envelope changed (another message id) under the original signature:
+    always a decodable envelope whose signature fails. (Flipping a byte of the encoded envelope,
+    as before, turned a trailing msgpack nil into the never-used byte 0xc1 on some records: a
+    malformed record, not a bad signature.)"""
+    body = dataclasses.replace(env, msg_id=f"{env.msg_id}-tampered").encode()
+    return SignedEnvelope(body, signed.sig, signed.session).encode()
 
 
 def _stripped(signed: SignedEnvelope) -> bytes:
@@ -307,7 +309,7 @@ def hostile_records(
             _resign(env, key_a, session, sender=client_sender(b)),
             R({"bad_signature"}),
         ),
-        Hostile("report", str(a), _tampered(signed), R({"bad_signature"})),
+        Hostile("report", str(a), _tampered(signed, env), R({"bad_signature"})),
         Hostile("report", str(a), _stripped(signed), R({"missing_signature"})),
         Hostile("report", str(a), signed.envelope, unsigned),  # no signature at all
         Hostile(
@@ -354,7 +356,8 @@ def hostile_records(
     leave = dataclasses.replace(beat, kind="leave", msg_id="leave")
     out += [
         Hostile("control", str(t), rng.bytes(64), R({"malformed"})),
-        Hostile("control", str(t), _tampered(t_signed), R({"bad_signature"})),  # forged regret
+        # forged regret
+        Hostile("control", str(t), _tampered(t_signed, t_env), R({"bad_signature"})),
         Hostile(
             "control", str(b), seal(beat.encode(), key_a, session=session), R({"bad_signature"})
         ),
@@ -390,7 +393,7 @@ def hostile_records(
             R({"bad_signature"}),
         ),
         Hostile("ledger", str(l_env.client_id), end.encode(), unsigned),  # an early end marker
-        Hostile("ledger", str(l_env.client_id), _tampered(l_signed), R({"bad_signature"})),
+        Hostile("ledger", str(l_env.client_id), _tampered(l_signed, l_env), R({"bad_signature"})),
         Hostile("ledger", str(l_env.client_id), _stripped(l_signed), R({"missing_signature"})),
     ]
 
