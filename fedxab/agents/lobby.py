@@ -46,6 +46,7 @@ from fedxab.agents.waits import wait_set
 from fedxab.broker.base import Broker, Record
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.errors import ProtocolError
+from fedxab.run.envelope import Refusal, admit
 from fedxab.run.identity import ProtocolMismatchError, protocol_differences, run_id_of
 from fedxab.security.agents import open_record
 from fedxab.security.signing import Opened, SignatureError
@@ -179,9 +180,11 @@ def _is_welcome(opened: Opened, run_id: str, nonce: str) -> bool:
     """Whether ``opened`` is the server's welcome of run ``run_id``'s hello ``nonce``, with a
     session."""
     env = opened.envelope
-    if env.kind != "welcome" or env.sender != SERVER or env.run_id != run_id:
+    if not env.session:
         return False
-    if not env.session or opened.session != env.session:  # (signed: the signature's session)
+    # (signed: the signature's session must be the one the welcome names)
+    admitted = admit(opened, run_id=run_id, kinds=("welcome",), sender=SERVER, session=env.session)
+    if isinstance(admitted, Refusal):
         return False
     try:
         body = env.body()
@@ -197,8 +200,9 @@ def _differences_in(
     ``record``; None for any other record (other parties' lobby traffic, a refusal for another
     run, or not a valid refusal)."""
     try:
-        env = open_record(record.value, signer, max_bytes).envelope
-        if env.kind != "refuse" or env.sender != SERVER or env.run_id != run_id:
+        opened = open_record(record.value, signer, max_bytes)
+        env = admit(opened, run_id=run_id, kinds=("refuse",), sender=SERVER)
+        if isinstance(env, Refusal):
             return None
         body = env.body()
     except ProtocolError:

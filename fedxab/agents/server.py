@@ -82,6 +82,7 @@ from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
 from fedxab.run.assembly import build_run, regret_known
+from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import (
@@ -283,24 +284,22 @@ class ServerAgent:
             if isinstance(exc, SignatureError) and exc.client is not None:
                 self._bad_signature(exc.client)
             return None
-        env = opened.envelope
-        m = env.client_id
+        m = opened.envelope.client_id
         if self.signer is not None and m is not None:
             self.keys.verified(m)
-        if env.run_id != self.run_id:
-            why, text = "wrong_run", f"for run {env.run_id!r}, this is {self.run_id!r}"
-        elif env.kind not in kinds:
-            why, text = "wrong_kind", f"kind {env.kind!r} on the {where} topic"
-        elif m is None or not 0 <= m < self.n_clients:
-            why, text = "unknown_sender", f"unknown sender {env.sender!r}"
-        elif record.key is not None and record.key != str(m):
-            why, text = "wrong_key", f"key {record.key!r} does not match {env.sender!r}"
-        elif opened.session != self.session and env.kind not in ("join", "heartbeat"):
-            why, text = "replay", f"{env.sender}'s {env.kind} of session {opened.session!r}"
-        else:
-            return env
-        self._reject("invalid", why, text, where)
-        return None
+        admitted = admit(
+            opened,
+            run_id=self.run_id,
+            kinds=kinds,
+            n_clients=self.n_clients,
+            key=record.key,
+            session=self.session,
+            sessionless=("join", "heartbeat"),
+        )
+        if isinstance(admitted, Refusal):
+            self._reject("invalid", admitted.reason, admitted.text, where)
+            return None
+        return admitted
 
     @property
     def bad_signatures(self) -> Counter[KeyId]:

@@ -41,6 +41,7 @@ from fedxab.run.accounting import (
     phase_communication,
     withdrawn_clients,
 )
+from fedxab.run.envelope import check_phase
 
 if TYPE_CHECKING:
     from fedxab.objectives.families import ClientFamily
@@ -184,8 +185,7 @@ class ServerSession:
             return Verdict("invalid", "future_phase", text)
         try:
             report = decode_report(self.algorithm, unpackb(payload))
-            if getattr(report, "phase", None) != phase:
-                raise ProtocolError(f"payload phase {report.phase} != envelope phase {phase}")
+            check_phase(report, phase)
             fresh = self.server.receive(m, report)
         except (ProtocolError, FedxabError) as exc:
             return Verdict("invalid", "bad_payload", f"client {m}: {exc}")
