@@ -62,6 +62,7 @@ import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.failures import failure_body, failure_text
+from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.agents.lobby import new_session, refuse_strangers
 from fedxab.agents.supervise import supervised
 from fedxab.agents.waits import wait_set
@@ -71,13 +72,7 @@ from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError, ProtocolError
 from fedxab.privacy.best import checked_best_release
-from fedxab.privacy.mirror import (
-    Owner,
-    budget_record,
-    end_record,
-    rebuild_ledger,
-    release_record,
-)
+from fedxab.privacy.mirror import Owner, budget_record, end_record, release_record
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
 from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases

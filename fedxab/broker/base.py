@@ -19,7 +19,8 @@ use, so that the in-memory broker (:mod:`fedxab.broker.memory`) and the Kafka br
 Every broker takes records up to ``max_message_bytes`` (``[broker] max_message_bytes``, 1 MiB by
 default): a larger one is refused when published (:class:`BrokerError`), and a larger one read
 from a topic (a hostile or misconfigured publisher) is refused by its size before any decoding
-(:func:`check_record_size`, :class:`RecordTooLarge`).
+(:func:`~fedxab.broker.codec.check_record_size`, :class:`~fedxab.broker.codec.RecordTooLarge`:
+part of the pure codec, so that a reader of records needs no broker; named here too).
 
 Exactly-once delivery (idempotent or transactional producers) is not used: at-least-once plus
 dedupe is the design.
@@ -35,7 +36,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.broker.codec import RecordTooLarge, check_record_size
+from fedxab.errors import ConfigError, FedxabError
 
 __all__ = [
     "DEFAULT_FETCH_MAX_WAIT_MS",
@@ -74,12 +76,6 @@ class BrokerError(FedxabError, ConnectionError):
     """The broker could not be reached, or refused a request (after retries, where they help)."""
 
 
-class RecordTooLarge(ProtocolError):
-    """A record read from a topic is larger than the reader's ``max_message_bytes``."""
-
-    reason = "too_large"
-
-
 def check_max_message_bytes(value: object) -> int:
     """``value`` if it is a positive int, else :class:`ConfigError` naming the setting."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -100,16 +96,6 @@ def check_fetch_max_wait_ms(value: object) -> int:
             f"got {value!r}",
         )
     return value
-
-
-def check_record_size(value: bytes, limit: int) -> None:
-    """Refuse a record read from a topic by its size alone, before any byte of it is decoded
-    (decoding a hostile msgpack record can take about 70 times its size in memory)."""
-    if len(value) > limit:
-        raise RecordTooLarge(
-            f"a record of {len(value):,} bytes is larger than [broker] max_message_bytes "
-            f"({limit:,} bytes); if such records are expected, raise it on every party"
-        )
 
 
 def refuse_oversize_publish(topic: str, value: bytes, limit: int) -> None:

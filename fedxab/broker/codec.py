@@ -42,6 +42,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "SERVER",
     "Envelope",
+    "RecordTooLarge",
+    "check_record_size",
     "client_sender",
     "encode_envelope",
     "packb",
@@ -249,6 +251,23 @@ SCHEMA_VERSION = 1
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest encoded envelope accepted (a guard against memory exhaustion by a hostile peer)."""
+
+
+class RecordTooLarge(ProtocolError):
+    """A record read from a topic is larger than the reader's ``max_message_bytes``."""
+
+    reason = "too_large"
+
+
+def check_record_size(value: bytes, limit: int) -> None:
+    """Refuse a record read from a topic by its size alone, before any byte of it is decoded
+    (decoding a hostile msgpack record can take about 70 times its size in memory)."""
+    if len(value) > limit:
+        raise RecordTooLarge(
+            f"a record of {len(value):,} bytes is larger than [broker] max_message_bytes "
+            f"({limit:,} bytes); if such records are expected, raise it on every party"
+        )
+
 
 ENVELOPE_KINDS = (
     "broadcast",  # server -> clients: the phase's broadcast, or the final answer

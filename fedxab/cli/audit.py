@@ -156,6 +156,13 @@ def audit(
             raise hostile
 
 
+SIGNED_RECORDS_HINT = (
+    "the records of a run that signs its messages are read with --verify DIR (Ed25519: the "
+    "public keys) or --keys-dir DIR (HMAC: the client keys)"
+)
+"""What to pass to ``fedxab audit --rebuild-from`` when a signed run's records were refused."""
+
+
 def _rebuild(
     ledger: Path,
     broker: str,
@@ -166,18 +173,38 @@ def _rebuild(
     config: Path | None = None,
 ) -> FedxabError | None:
     """``--rebuild-from``: rebuild ``ledger`` from the run's ledger topic
-    (:func:`~fedxab.privacy.mirror.rebuild_from_broker`), say on stderr what was skipped, named
-    hostile or not yet ended; return the error that fails the audit once it is shown (hostile
-    records), if any."""
+    (:func:`~fedxab.agents.ledger_mirror.rebuild_from_broker`), say on stderr what was skipped,
+    named hostile or not yet ended; return the error that fails the audit once it is shown
+    (hostile records), if any."""
+    from fedxab.agents.ledger_mirror import NothingToRebuild, rebuild_from_broker
     from fedxab.config import load_config
-    from fedxab.privacy.mirror import HOSTILE, SIGNED_RECORDS_HINT, rebuild_from_broker
+    from fedxab.privacy.mirror import HOSTILE
+    from fedxab.security.agents import keyring_in, verifier_in
+    from fedxab.security.signing import HmacSigner, Signer
 
+    if not broker.startswith("kafka://"):
+        raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {broker!r}")
+    if keys_dir is not None and verify is not None:
+        raise FedxabError(
+            "--keys-dir (HMAC client keys) and --verify (Ed25519 public keys): give one, the "
+            "keys of the run's scheme"
+        )
     settings = None if config is None else load_config(config).broker
     if config is not None and settings is None:
         raise FedxabError(f"--config: {config} is a single-agent job: it has no [broker] section")
-    rebuilt, clients = rebuild_from_broker(
-        ledger, broker, namespace, run_id, keys_dir, verify, settings
-    )
+    signer: Signer | None = None
+    if verify is not None:
+        signer = verifier_in(verify)
+    elif keys_dir is not None:
+        keyring = keyring_in(keys_dir)
+        signer = HmacSigner(keyring, max(keyring) + 1)  # ledger records carry one tag each
+    try:
+        rebuilt, clients = rebuild_from_broker(ledger, broker, namespace, run_id, signer, settings)
+    except NothingToRebuild as exc:
+        if not exc.records:
+            raise FedxabError(f"--rebuild-from: {exc} (check --run and --namespace)") from None
+        hint = "" if signer is not None else f"; {SIGNED_RECORDS_HINT}"
+        raise FedxabError(f"--rebuild-from: {exc}{hint}") from None
     notes = make_console(stderr=True)  # stdout stays the table or the JSON
     if rebuilt.skipped:
         notes.print(f"[yellow]{rebuilt.skipped} ledger record(s) skipped ({rebuilt.summary()})[/]")

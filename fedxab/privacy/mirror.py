@@ -1,11 +1,16 @@
-"""The ledger mirrored on the run's ``ledger`` topic, and a ledger rebuilt from it.
+"""The ledger mirrored on the run's ``ledger`` topic: its record format, and a ledger rebuilt
+from its records.
+
+This module is the pure half: records built and read, checked and applied to a ledger, with no
+broker and no event loop. Reading a topic from a broker (and ``fedxab audit --rebuild-from``)
+is :mod:`fedxab.agents.ledger_mirror`.
 
 On a broker, every client agent publishes each release it records (and, at start, each hosted
 client's budgets) to ``{namespace}.{run_id}.ledger``, keyed by client id, before the report that
 carries the released values. Anyone who can read the topic (the server, an auditor) rebuilds the
-run's ledger from it (:func:`rebuild_ledger`): recording is idempotent per (run, client, phase,
-release), so duplicated records (at-least-once delivery, a restarted client publishing again)
-change nothing.
+run's ledger from it (:func:`~fedxab.agents.ledger_mirror.rebuild_ledger`): recording is
+idempotent per (run, client, phase, release), so duplicated records (at-least-once delivery, a
+restarted client publishing again) change nothing.
 
 One record = one :class:`~fedxab.broker.codec.Envelope` of kind ``"ledger"`` whose payload is
 ``{"entry": "release", "phase", "release", "event": {...}, ...}``, ``{"entry": "budget",
@@ -38,7 +43,8 @@ dev broker's can lag behind its last record).
 **Who may author what.** Under local DP (DP-Fed-PNE) each client records its own releases; the
 server authors none. A release, budget or end record the server signed about a client of a run
 whose clients write their own records is refused (``server_authored``), and an audit that finds
-one fails naming both the server's record and the client's (:func:`rebuild_from_broker`). A record
+one fails naming both the server's record and the client's
+(:func:`~fedxab.agents.ledger_mirror.rebuild_from_broker`). A record
 that contradicts one already recorded (``conflict``) is named the same way. These, the replays and
 the end mismatches are *hostile* records (:data:`HOSTILE`): only a party that can publish on the
 topic makes them, and any of them fails an audit.
@@ -46,8 +52,9 @@ topic makes them, and any of them fails an audit.
 **Hostile or malformed records never stop the accounting.** Every field is range-checked before
 it touches SQLite (a release index of 2^63 is a refused record, not an ``OverflowError``), each
 refused record is counted by reason and only the first of each reason is logged (then one summary
-line), and a rebuild yields to the event loop every :data:`YIELD_EVERY` records, so that a topic
-flooded with junk delays a server's results by the time it takes to read it and nothing else.
+line), and a rebuild yields to the event loop every
+:data:`~fedxab.agents.ledger_mirror.YIELD_EVERY` records, so that a topic flooded with junk
+delays a server's results by the time it takes to read it and nothing else.
 
 In a signed run each record is signed by the client it is about (under central DP, by the server,
 naming the client), and every release row keeps its signed record as its evidence, and every
@@ -58,44 +65,35 @@ with public keys alone (:mod:`fedxab.privacy.verify`).
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import hashlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fedxab.broker.base import DEFAULT_MAX_MESSAGE_BYTES, Broker, Record, topic_name
-from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
-from fedxab.broker.factory import make_broker
-from fedxab.broker.topics import MissingTopicError
-from fedxab.config import BrokerConfig
-from fedxab.errors import ConfigError, FedxabError, ProtocolError
+from fedxab.broker.codec import MAX_MESSAGE_BYTES, SERVER, Envelope, client_sender, packb
+from fedxab.errors import ConfigError, ProtocolError
 from fedxab.privacy.accountants import ACCOUNTANTS
 from fedxab.privacy.ledger import Budget, LedgerError, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.security.agents import keyring_in, open_record, verifier_in
-from fedxab.security.signing import HmacSigner, Opened, SignatureError, Signer
+from fedxab.security.signing import Opened, SignatureError, Signer, open_record
 
 if TYPE_CHECKING:
     from fedxab.privacy.run_ledger import RunLedger
 
 __all__ = [
     "HOSTILE",
-    "SIGNED_RECORDS_HINT",
     "Entry",
+    "LedgerReader",
     "Owner",
     "Rebuild",
+    "TopicRecord",
+    "apply_record",
     "budget_record",
     "end_record",
     "entry_of",
-    "read_to_end",
-    "rebuild_from_broker",
-    "rebuild_ledger",
     "release_record",
     "releases_digest",
 ]
@@ -109,17 +107,25 @@ INDEX_LIMIT = 2**31
 """Release indices and end-marker counts must lie in ``[0, INDEX_LIMIT)`` (phases already do:
 the envelope's check); a server's record names a client id below ``2**63`` (SQLite's integer)."""
 
-SETTLE_S = 0.5
-"""Reading a topic to its end goes on past its end offsets until no record came for this long."""
-
-YIELD_EVERY = 256
-"""A rebuild lets the event loop run (heartbeats, the broker client) after this many records."""
-
 HOSTILE = ("conflict", "server_authored", "replay", "end_mismatch")
 """Refusal reasons that only a party able to publish on the topic causes, and that fail an audit
 (junk that does not even decode or verify is only counted)."""
 
 _NAMED = 20  # hostile records named in full per rebuild; the rest are counted
+
+
+class TopicRecord(Protocol):
+    """A record read from a topic, as far as a ledger reader uses it
+    (:class:`~fedxab.broker.base.Record` is one)."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def value(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -236,36 +242,6 @@ def end_record(
     rows = list(releases)
     body = {"entry": "end", "releases": len(rows), "digest": releases_digest(rows)}
     return _record(run_id, client, 0, "end", body, by_server, namespace)
-
-
-async def read_to_end(broker: Broker, topic: str, settle_s: float = SETTLE_S) -> list[Record]:
-    """Every record the topic holds now (all partitions, from the beginning): up to its end
-    offsets, then on until no record came for ``settle_s`` seconds (the dev broker's end
-    offsets can lag behind its last records)."""
-    sub = broker.subscribe(topic, None)
-    try:
-        ends = {p: end for p, end in (await sub.end_offsets()).items() if end > 0}
-        records: list[Record] = []
-        if not ends:
-            return records
-        stream = aiter(sub)
-        while True:
-            try:
-                if ends:
-                    record = await anext(stream)
-                else:
-                    async with asyncio.timeout(settle_s):
-                        record = await anext(stream)
-            except (TimeoutError, StopAsyncIteration):
-                break
-            records.append(record)
-            if len(records) % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-            if record.offset >= ends.get(record.partition, 0) - 1:
-                ends.pop(record.partition, None)
-        return records
-    finally:
-        await sub.close()
 
 
 @dataclass
@@ -463,9 +439,9 @@ def _complete(ledger: PrivacyLedger, run_id: str, entry: Entry) -> bool:
 def apply_record(
     ledger: PrivacyLedger,
     run_id: str,
-    record: Record,
+    record: TopicRecord,
     signer: Signer | None = None,
-    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_bytes: int = MAX_MESSAGE_BYTES,
 ) -> int | None:
     """Apply one ledger-topic record, of any namespace; the client id if it is an end marker
     that matches what ``ledger`` holds, else None. ProtocolError if it is not a valid record
@@ -473,7 +449,7 @@ def apply_record(
     (refused before decoding) and an end marker that does not match. ``signer`` (signed runs)
     verifies the record, and a release keeps the signed record as its evidence
     (:mod:`fedxab.privacy.verify`); without it the record is only decoded."""
-    reader = _Reader(run_id, None, signer, max_bytes)
+    reader = LedgerReader(run_id, None, signer, max_bytes)
     entry = reader.open(record)
     if entry.entry == "end":
         if not _complete(ledger, run_id, entry):
@@ -483,7 +459,7 @@ def apply_record(
     return None
 
 
-def _where(record: Record) -> str:
+def _where(record: TopicRecord) -> str:
     return f"partition {record.partition} offset {record.offset}"
 
 
@@ -495,8 +471,9 @@ def _about(entry: Entry) -> str:
     return f"{by}'s {what} record about client {entry.client}"
 
 
-class _Reader:
-    """Reads one run's ledger topic into a ledger: opens, checks and applies its records and
+class LedgerReader:
+    """Reads one run's ledger topic into a ledger, record by record (the broker side,
+    :mod:`fedxab.agents.ledger_mirror`, feeds it): opens, checks and applies its records and
     counts, logs and names those it refuses (module docstring).
 
     ``clients_only``: the run's clients write their own records (local DP), so a record the
@@ -526,10 +503,10 @@ class _Reader:
         self.own: dict[tuple[int, int, int], str] = {}  # clients' own releases (audit: pass 1)
         self.own_any: dict[int, str] = {}  # each client's first own record (audit: pass 1)
 
-    def evidence(self, record: Record) -> bytes | None:
+    def evidence(self, record: TopicRecord) -> bytes | None:
         return None if self.signer is None else bytes(record.value)
 
-    def open(self, record: Record) -> Entry:
+    def open(self, record: TopicRecord) -> Entry:
         opened = open_record(record.value, self.signer, self.max_bytes)
         entry = entry_of(
             opened, self.run_id, signed=self.signer is not None, namespace=self.namespace
@@ -545,7 +522,7 @@ class _Reader:
             )
         return entry
 
-    def refuse(self, reason: str, record: Record, text: str) -> None:
+    def refuse(self, reason: str, record: TopicRecord, text: str) -> None:
         result = self.result
         result.skipped += 1
         result.reasons[reason] += 1
@@ -562,7 +539,7 @@ class _Reader:
                 text,
             )
 
-    def entry(self, record: Record) -> Entry | None:
+    def entry(self, record: TopicRecord) -> Entry | None:
         """The record's entry, or None (refused and counted)."""
         try:
             return self.open(record)
@@ -570,7 +547,7 @@ class _Reader:
             self.refuse(getattr(exc, "reason", "malformed"), record, str(exc))
             return None
 
-    def scan(self, records: Iterable[Record]) -> list[tuple[Record, Entry]]:
+    def scan(self, records: Iterable[TopicRecord]) -> list[tuple[TopicRecord, Entry]]:
         """Every valid entry of ``records`` (a whole topic read at once), the others refused;
         notes where each client's own records are, and whether there are any (then the run is
         local DP: ``clients_only``)."""
@@ -587,7 +564,7 @@ class _Reader:
                     self.own.setdefault(entry.key, _where(record))
         return entries
 
-    def apply(self, ledger: PrivacyLedger, record: Record, entry: Entry) -> None:
+    def apply(self, ledger: PrivacyLedger, record: TopicRecord, entry: Entry) -> None:
         """Record ``entry`` in ``ledger``, or refuse it (counted, and named if hostile)."""
         if entry.by_server and self.clients_only:
             theirs = self.own.get(entry.key) or self.own_any.get(entry.client)
@@ -629,7 +606,7 @@ class _Reader:
         if entry.event is not None:
             self.first.setdefault(entry.key, _where(record))
 
-    def read(self, ledger: PrivacyLedger, record: Record) -> None:
+    def read(self, ledger: PrivacyLedger, record: TopicRecord) -> None:
         entry = self.entry(record)
         if entry is not None:
             self.apply(ledger, record, entry)
@@ -644,165 +621,3 @@ class _Reader:
                 result.summary(),
             )
         return result
-
-
-def _namespace_of(topic: str, run_id: str) -> str | None:
-    suffix = f".{run_id}.ledger"
-    return topic[: -len(suffix)] if topic.endswith(suffix) else None
-
-
-async def rebuild_ledger(
-    broker: Broker,
-    topic: str,
-    run_id: str,
-    ledger: PrivacyLedger,
-    *,
-    expect: set[int] | None = None,
-    timeout_s: float = 60.0,
-    signer: Signer | None = None,
-    clients_only: bool = False,
-    session: str | None = None,
-) -> Rebuild:
-    """Record into ``ledger`` every valid entry of ``topic`` for ``run_id``.
-
-    Without ``expect``, reads what the topic holds now (up to its end offsets). With ``expect``
-    (client ids), reads until each of them has an end marker matching what was read, or until
-    no record came for ``timeout_s`` seconds. Invalid, foreign (another namespace, or with
-    ``session`` another session) and hostile records are skipped and counted, the first of each
-    reason logged (module docstring). A record that contradicts one already in the ledger is
-    skipped and counted too (reason ``conflict``, logged as an error naming both records):
-    history is never rewritten, and one client cannot stop the others' accounting.
-    ``clients_only``: the clients author their records (local DP; a server's record about a
-    client is refused). ``signer``: see :func:`apply_record` (signed runs pass theirs: an
-    unsigned or forged record is skipped and counted like a malformed one). Records above the
-    broker's ``max_message_bytes`` are skipped unread."""
-    reader = _Reader(
-        run_id,
-        _namespace_of(topic, run_id),
-        signer,
-        broker.max_message_bytes,
-        topic=topic,
-        clients_only=clients_only,
-        session=session,
-    )
-    if expect is None:
-        entries = reader.scan(await read_to_end(broker, topic))
-        with ledger.transaction():  # one sync to disk, not one per record
-            for record, entry in entries:
-                reader.apply(ledger, record, entry)
-        return reader.finish()
-
-    if not expect:
-        return reader.result
-    async with broker.subscribe(topic, None) as sub:
-        records = aiter(sub)
-        k = 0
-        while not expect <= reader.result.ended:
-            try:  # an idle limit: a long ledger still arriving is read to its end
-                async with asyncio.timeout(timeout_s):
-                    record = await anext(records)
-            except (TimeoutError, StopAsyncIteration):
-                log.warning(
-                    "ledger topic %s: no matching end marker from client(s) %s (no record for "
-                    "%.0f s)",
-                    topic,
-                    sorted(expect - reader.result.ended)[:5],
-                    timeout_s,
-                )
-                break
-            reader.read(ledger, record)
-            k += 1
-            if k % YIELD_EVERY == 0:  # never starve the loop, however many records are queued
-                await asyncio.sleep(0)
-    return reader.finish()
-
-
-SIGNED_RECORDS_HINT = (
-    "the records of a run that signs its messages are read with --verify DIR (Ed25519: the "
-    "public keys) or --keys-dir DIR (HMAC: the client keys)"
-)
-"""What to pass to ``fedxab audit --rebuild-from`` when a signed run's records were refused."""
-
-
-def rebuild_from_broker(
-    path: Path,
-    url: str,
-    namespace: str,
-    run_id: str,
-    keys_dir: Path | None = None,
-    public_keys: Path | None = None,
-    settings: BrokerConfig | None = None,
-) -> tuple[Rebuild, list[int]]:
-    """Record run ``run_id``'s ledger topic on the Kafka broker ``url`` into the ledger file
-    ``path`` (created if missing), as far as the topic holds now (``fedxab audit
-    --rebuild-from``); what was read, and the run's clients in the ledger. ``settings``: the
-    ``[broker]`` section whose TLS, SASL and record size settings reach the broker (an
-    auditor's principal may only read); the rebuild never creates a topic. With
-    ``public_keys`` (a directory of Ed25519 public keys: what any auditor may hold) or
-    ``keys_dir`` (the HMAC client keys), only the records those keys verify are recorded, each
-    release with its signed record as evidence.
-
-    Every record is read and checked first; a run any of whose clients wrote its own records is
-    a local-DP run, whose records the server may not author. The valid records are then
-    written in one transaction: an error leaves the file as it was, and a file this call
-    created is removed. A topic without any record of the run, or whose records all fail, is an
-    error: an empty rebuild is not an empty ledger. Hostile records (:data:`HOSTILE`) are in
-    the returned :attr:`Rebuild.named`; the caller fails the audit on them."""
-    if not url.startswith("kafka://"):
-        raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {url!r}")
-    if keys_dir is not None and public_keys is not None:
-        raise FedxabError(
-            "--keys-dir (HMAC client keys) and --verify (Ed25519 public keys): give one, the "
-            "keys of the run's scheme"
-        )
-    signer: Signer | None = None
-    if public_keys is not None:
-        signer = verifier_in(public_keys)
-    elif keys_dir is not None:
-        keyring = keyring_in(keys_dir)
-        signer = HmacSigner(keyring, max(keyring) + 1)  # ledger records carry one tag each
-
-    topic = topic_name(namespace, run_id, "ledger")
-    reader_settings = dataclasses.replace(
-        settings or BrokerConfig(), url=url, namespace=namespace, create_topics=False
-    )
-    broker = make_broker(url, reader_settings)
-    assert broker is not None  # a kafka:// URL
-
-    async def read() -> list[Record]:
-        async with broker:
-            return await read_to_end(broker, topic)
-
-    try:
-        records = asyncio.run(read())
-    except MissingTopicError:
-        raise FedxabError(
-            f"--rebuild-from: there is no ledger topic {topic} on {url}, so it holds no record: "
-            "nothing to rebuild (check --run and --namespace)"
-        ) from None
-    if not records:
-        raise FedxabError(
-            f"--rebuild-from: the ledger topic {topic} on {url} holds no record: nothing "
-            "to rebuild (check --run and --namespace)"
-        )
-    reader = _Reader(run_id, namespace, signer, broker.max_message_bytes, topic=topic)
-    entries = reader.scan(records)
-    created = not path.exists()
-    try:
-        with PrivacyLedger(path) as book, book.transaction():
-            for record, entry in entries:
-                reader.apply(book, record, entry)
-            clients = book.clients(run_id)
-            if not clients:
-                hint = "" if signer is not None else f"; {SIGNED_RECORDS_HINT}"
-                raise FedxabError(
-                    f"--rebuild-from: none of the {len(records)} record(s) of {topic} is a "
-                    f"valid record of run {run_id} ({reader.result.summary()}): nothing "
-                    f"rebuilt{hint}"
-                )
-    except BaseException:
-        if created:
-            for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm"))):
-                leftover.unlink(missing_ok=True)
-        raise
-    return reader.finish(), clients

@@ -1,8 +1,8 @@
 """Verifying a ledger from its evidence, with public keys alone (``fedxab audit --verify``).
 
-A ledger rebuilt from a signed run's ledger topic (:func:`~fedxab.privacy.mirror.rebuild_ledger`)
-keeps, with every release, the signed record that carried it (``events.evidence``). Each row is
-verified again from that evidence alone:
+A ledger rebuilt from a signed run's ledger topic
+(:func:`~fedxab.agents.ledger_mirror.rebuild_ledger`) keeps, with every release, the signed record
+that carried it (``events.evidence``). Each row is verified again from that evidence alone:
 
 1. the signature: by the client the row is about, or -- a record written under central DP,
    which says so -- by the server about that client (:meth:`~fedxab.security.signing.Signer.open`

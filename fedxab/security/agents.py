@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fedxab.broker.base import check_record_size
-from fedxab.broker.codec import SERVER, Envelope, client_sender
+from fedxab.broker.codec import SERVER, client_sender
 from fedxab.config import Config, SecurityConfig
 from fedxab.errors import FedxabError
 from fedxab.security.keypairs import (
@@ -48,7 +47,7 @@ from fedxab.security.keypairs import (
     public_keys_in,
 )
 from fedxab.security.keys import SecretKey, key_file_name, load_key, load_key_from_env
-from fedxab.security.signing import Ed25519Signer, HmacSigner, KeyId, Opened, Signer
+from fedxab.security.signing import Ed25519Signer, HmacSigner, KeyId, Signer, open_record
 
 __all__ = [
     "BAD_SIGNATURES_NAMED",
@@ -140,19 +139,6 @@ def signing_on(config: Config) -> bool:
     if security is not None and security.sign is not None:
         return security.sign
     return broker is not None and broker.url.startswith("kafka://")
-
-
-def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
-    """The envelope in a record read from a topic: refused by size before any decoding
-    (:class:`~fedxab.broker.base.RecordTooLarge` above ``max_bytes``, the broker's
-    ``max_message_bytes``), then decoded, and verified if this party signs (``signer``).
-    Every defect raises a :class:`~fedxab.errors.ProtocolError` whose ``reason`` the receiver
-    counts. The session is the signature's in a signing run, else the envelope's own."""
-    check_record_size(value, max_bytes)
-    if signer is None:
-        envelope = Envelope.decode(value)
-        return Opened(envelope, envelope.session)
-    return signer.open(value)
 
 
 def scheme_of(security: SecurityConfig) -> str:

@@ -51,7 +51,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Self, get_args
 
-from fedxab.broker.codec import MAX_MESSAGE_BYTES, SERVER, Envelope, packb, unpack_frame
+from fedxab.broker.codec import (
+    MAX_MESSAGE_BYTES,
+    SERVER,
+    Envelope,
+    check_record_size,
+    packb,
+    unpack_frame,
+)
 from fedxab.errors import ProtocolError
 from fedxab.security.keypairs import ED25519_SIG_BYTES, PrivateKey, PublicKey
 from fedxab.security.keys import SecretKey
@@ -68,6 +75,7 @@ __all__ = [
     "SignatureError",
     "SignedEnvelope",
     "Signer",
+    "open_record",
     "open_signed",
     "seal",
     "seal_for_every_client",
@@ -374,3 +382,16 @@ def open_signed(
     """The envelope in HMAC-signed ``data``, checked with ``keyring`` (client ids to keys) in a
     run of ``n_clients`` clients (:meth:`Signer.open`)."""
     return HmacSigner(keyring, n_clients).open(data)
+
+
+def open_record(value: bytes, signer: Signer | None, max_bytes: int) -> Opened:
+    """The envelope in a record read from a topic: refused by size before any decoding
+    (:class:`~fedxab.broker.codec.RecordTooLarge` above ``max_bytes``, the broker's
+    ``max_message_bytes``), then decoded, and verified if this party signs (``signer``).
+    Every defect raises a :class:`~fedxab.errors.ProtocolError` whose ``reason`` the receiver
+    counts. The session is the signature's in a signing run, else the envelope's own."""
+    check_record_size(value, max_bytes)
+    if signer is None:
+        envelope = Envelope.decode(value)
+        return Opened(envelope, envelope.session)
+    return signer.open(value)

@@ -16,19 +16,15 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.broker.base import topic_name
 from fedxab.broker.codec import SERVER
 from fedxab.broker.memory import MemoryBroker
 from fedxab.cli import app
+from fedxab.cli.audit import SIGNED_RECORDS_HINT
 from fedxab.privacy.ledger import Budget, PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.privacy.mirror import (
-    SIGNED_RECORDS_HINT,
-    budget_record,
-    end_record,
-    rebuild_ledger,
-    release_record,
-)
+from fedxab.privacy.mirror import budget_record, end_record, release_record
 from fedxab.privacy.verify import verify_ledger
 from fedxab.security.agents import verifier_in
 from fedxab.security.keypairs import PrivateKey, generate_keypairs, load_private_key
@@ -201,9 +197,9 @@ def test_central_dp_records_are_signed_by_the_server_and_say_so(tmp_path):
     from fts_settings import CHEAP_FTS
 
     from fedxab.agents.distributed import run_id_for, run_on_broker
+    from fedxab.agents.ledger_mirror import read_to_end
     from fedxab.broker.base import run_topics
     from fedxab.config import config_from_dict
-    from fedxab.privacy.mirror import read_to_end
 
     keys = tmp_path / "keys"
     generate_keypairs(3, keys)

@@ -11,12 +11,12 @@ from fts_settings import CHEAP_FTS, CHEAP_TS
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
+from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.broker.base import run_topics
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.privacy.ledger import PrivacyLedger
-from fedxab.privacy.mirror import rebuild_ledger
 
 SEED = 1
 

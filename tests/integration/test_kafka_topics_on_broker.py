@@ -25,6 +25,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from typer.testing import CliRunner
 
+from fedxab.agents.ledger_mirror import rebuild_from_broker
 from fedxab.broker.base import BrokerError
 from fedxab.broker.devbroker import DevBroker, _broker_binary, free_port
 from fedxab.broker.factory import make_broker
@@ -42,7 +43,6 @@ from fedxab.broker.topics import (
 from fedxab.cli import app
 from fedxab.config import BrokerConfig
 from fedxab.errors import FedxabError
-from fedxab.privacy.mirror import rebuild_from_broker
 
 TIMEOUT = 20.0
 _jobs = itertools.count()

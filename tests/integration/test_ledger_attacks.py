@@ -18,6 +18,7 @@ from config_factory import sim_config
 from typer.testing import CliRunner
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
+from fedxab.agents.ledger_mirror import read_to_end, rebuild_ledger
 from fedxab.broker.base import Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb
 from fedxab.broker.kafka import KafkaBroker
@@ -27,13 +28,7 @@ from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.privacy import mirror
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import PrivacyEvent
-from fedxab.privacy.mirror import (
-    INDEX_LIMIT,
-    end_record,
-    read_to_end,
-    rebuild_ledger,
-    release_record,
-)
+from fedxab.privacy.mirror import INDEX_LIMIT, end_record, release_record
 from fedxab.security.keypairs import generate_keypairs, load_private_key
 from fedxab.security.signing import Ed25519Signer
 

@@ -18,6 +18,7 @@ from config_factory import sim_config
 
 from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
+from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.broker.base import run_topics
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.broker.memory import MemoryBroker
@@ -26,7 +27,7 @@ from fedxab.errors import ConfigError
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import GaussianMechanism
-from fedxab.privacy.mirror import rebuild_ledger, release_record
+from fedxab.privacy.mirror import release_record
 from fedxab.privacy.run_ledger import RunLedger
 
 SEED = 2

@@ -18,13 +18,13 @@ from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import client_agent, host_clients, serve
 from fedxab.agents.federation import Federation
+from fedxab.agents.ledger_mirror import read_to_end
 from fedxab.agents.server import ServerAgent
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import run_topics
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.errors import EvaluationError, FedxabError
-from fedxab.privacy.mirror import read_to_end
 from fedxab.run.identity import run_id_for
 from fedxab.security.keys import generate_keys
 from fedxab.security.signing import SIG_BYTES, SignedEnvelope

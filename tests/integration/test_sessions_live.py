@@ -17,10 +17,10 @@ import pytest
 from cli_procs import ProcessFederation, until
 from test_sessions import forged_final_answers
 
+from fedxab.agents.ledger_mirror import read_to_end
 from fedxab.broker.base import run_topics
 from fedxab.broker.kafka import KafkaBroker
 from fedxab.config import load_config
-from fedxab.privacy.mirror import read_to_end
 from fedxab.run.identity import run_id_for
 from fedxab.security.keys import generate_keys
 

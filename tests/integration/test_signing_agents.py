@@ -117,7 +117,7 @@ def test_a_signed_run_gives_exactly_the_unsigned_results(
 
 
 async def _values(broker: MemoryBroker, topic: str) -> list[bytes]:
-    from fedxab.privacy.mirror import read_to_end
+    from fedxab.agents.ledger_mirror import read_to_end
 
     return [r.value for r in await read_to_end(broker, topic)]
 
@@ -276,7 +276,7 @@ class HoldingBroker(MemoryBroker):
 
 
 async def _reports(broker: MemoryBroker, topic: str) -> dict[tuple[str, int], bytes]:
-    from fedxab.privacy.mirror import read_to_end
+    from fedxab.agents.ledger_mirror import read_to_end
 
     records: list[Record] = await read_to_end(broker, topic)
     return {(_sent_by(r.value).sender, _sent_by(r.value).phase): r.value for r in records}

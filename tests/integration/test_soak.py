@@ -67,6 +67,7 @@ from cli_procs import (
 
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.federation import Federation
+from fedxab.agents.ledger_mirror import read_to_end, rebuild_ledger
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, client_sender, packb, unpackb
@@ -75,7 +76,6 @@ from fedxab.config import load_config
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.privacy.mechanisms import GaussianMechanism
-from fedxab.privacy.mirror import read_to_end, rebuild_ledger
 from fedxab.run.identity import run_id_for
 from fedxab.security.agents import signer_for
 from fedxab.security.keys import SecretKey, load_key

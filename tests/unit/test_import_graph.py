@@ -21,10 +21,18 @@ import pytest
 
 import fedxab
 import fedxab.algorithms
+import fedxab.privacy
 
 ALGORITHMS_MUST_NOT_LOAD = ("sqlite3", "asyncio", "aiokafka", "fedxab.broker", "fedxab.agents")
 RUN_CORE_MUST_NOT_LOAD = ("sqlite3", "asyncio", "aiokafka", "fedxab.broker.base", "fedxab.agents")
 """The run core may use the pure message codec (fedxab.broker.codec), not a broker."""
+
+PRIVACY_MUST_NOT_IMPORT = ("asyncio", "fedxab.config", "fedxab.broker", "fedxab.security")
+"""Privacy (accounting, the ledger, its record format) sits below the agents and the config: no
+event loop, no broker, no key loading. Reading the ledger topic is fedxab.agents.ledger_mirror."""
+PRIVACY_MAY_IMPORT = ("fedxab.broker.codec", "fedxab.security.signing")
+"""The pure formats below it: the message codec (a ledger record is an envelope) and the
+signature primitives (a record's signature, verified with keys the caller loaded)."""
 
 
 def _loaded_after(module: str, watched: tuple[str, ...]) -> set[str]:
@@ -101,3 +109,20 @@ def test_only_the_command_line_imports_the_command_line():
         )
     ]
     assert upward == []
+
+
+def _forbidden_in_privacy(name: str) -> bool:
+    return any(name == m or name.startswith(f"{m}.") for m in PRIVACY_MUST_NOT_IMPORT) and not any(
+        name == m or name.startswith(f"{m}.") for m in PRIVACY_MAY_IMPORT
+    )
+
+
+@pytest.mark.parametrize("module", _modules(fedxab.privacy))
+def test_privacy_imports_no_broker_config_security_or_asyncio(module):
+    """Read from the source (an import inside a function counts), then checked in a fresh
+    interpreter (what the allowed modules bring in counts too)."""
+    path = Path(fedxab.privacy.__file__).parent / f"{module.rsplit('.', 1)[1]}.py"
+    named = _imported_modules(ast.parse(path.read_text()))
+    assert sorted(filter(_forbidden_in_privacy, named)) == []
+    watched = ("asyncio", "fedxab.config", "fedxab.broker.base", "fedxab.security.agents")
+    assert _loaded_after(module, watched) == set()
