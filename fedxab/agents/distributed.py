@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.local import RunStartCallback, announce_seeds, collect_results, run_seeds
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import Broker
 from fedxab.config import Config
@@ -42,6 +41,13 @@ from fedxab.errors import FedxabError
 from fedxab.results import RunRecord, RunResults
 from fedxab.run.assembly import Functions, server_family
 from fedxab.run.identity import run_id_for
+from fedxab.run.job import (
+    RunStartCallback,
+    announce_seeds,
+    client_slices,
+    collect_results,
+    run_seeds,
+)
 from fedxab.run.observe import ProgressCallback
 
 if TYPE_CHECKING:
@@ -51,7 +57,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "client_agent",
-    "client_slices",
     "host_clients",
     "run_id_for",
     "run_on_broker",
@@ -61,13 +66,6 @@ __all__ = [
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 """``fedxab run`` on Kafka: the servers' checkpoints, in the output directory."""
-
-
-def client_slices(n_clients: int, hosts: int) -> list[list[int]]:
-    """Client ids ``0..n_clients-1`` split into ``hosts`` contiguous, nearly equal slices."""
-    hosts = max(1, min(hosts, n_clients))
-    bounds = [round(k * n_clients / hosts) for k in range(hosts + 1)]
-    return [list(range(bounds[k], bounds[k + 1])) for k in range(hosts)]
 
 
 def _namespace(config: Config) -> str:
@@ -208,7 +206,7 @@ def run_on_broker_config(
     finished: FinishedRuns | None = None,
 ) -> RunResults:
     """Every seed of ``config``, all agents in this process, each seed on a fresh broker
-    connection (``finished``: see :func:`~fedxab.agents.local.run_seeds`).
+    connection (``finished``: see :func:`~fedxab.run.job.run_seeds`).
 
     With ``finished`` on Kafka, whose topics outlive this process, the server checkpoints each
     phase next to the finished runs (``DIR/checkpoints``): with ``finished.resume`` an

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.local import RunStartCallback, run_seeds
 from fedxab.agents.workers import ClientWorkers, answer_client, check_workers
 from fedxab.broker.codec import packb
 from fedxab.config import Config
@@ -60,6 +59,7 @@ from fedxab.run.accounting import (
 from fedxab.run.assembly import Functions, build_run
 from fedxab.run.evaluation import BudgetExceededError
 from fedxab.run.identity import run_id_for
+from fedxab.run.job import RunStartCallback, run_seeds
 from fedxab.run.observe import (
     PROGRESS_UPDATES,
     EpsilonWatch,
@@ -362,7 +362,7 @@ def run_federated_config(
     finished: FinishedRuns | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results
-    (``finished``: see :func:`~fedxab.agents.local.run_seeds`).
+    (``finished``: see :func:`~fedxab.run.job.run_seeds`).
 
     The ``objective`` block describes the configured (base) objective; with
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.

@@ -19,8 +19,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 
@@ -28,50 +26,18 @@ from fedxab import regret as _regret
 from fedxab.algorithms.registry import make_optimizer
 from fedxab.config import Config
 from fedxab.objectives.registry import make_objective
-from fedxab.results import RunRecord, RunResults, summarize_communication, summarize_privacy
+from fedxab.results import RunRecord, RunResults
 from fedxab.run.assembly import client_family, make_noise_model
 from fedxab.run.finished import FinishedRuns
 from fedxab.run.identity import run_id_for
+from fedxab.run.job import RunStartCallback, run_seeds
 from fedxab.run.observe import PROGRESS_UPDATES, ProgressCallback, RunObserver, observer_of
 from fedxab.run.outcome import ObservedBest
 from fedxab.seeding import stream
 
-__all__ = [
-    "RunStartCallback",
-    "objective_info",
-    "run_config",
-    "run_seeds",
-    "run_single",
-]
+__all__ = ["run_config", "run_single"]
 
 log = logging.getLogger(__name__)
-
-RunStartCallback = Callable[[int, int, int], None]
-"""``on_run_start(index, repeats, seed)``; called before each run of :func:`run_config`."""
-
-
-def objective_info(config: Config) -> dict[str, Any]:
-    """The ``objective`` block of the results file: the built-in objective (built once to
-    describe it), or a user's own, described by its config alone (never imported here)."""
-    spec = config.objective
-    if spec.is_user:
-        return {
-            "name": spec.name,
-            "function": spec.function,
-            "direction": spec.direction,
-            "dim": int(config.domain.shape[0]),
-            "domain": config.domain.tolist(),
-            "optimum_value": None,
-            "maximizer": None,
-        }
-    objective = make_objective(spec.name, **dict(spec.params))
-    return {
-        "name": objective.name,
-        "dim": int(objective.dim),
-        "domain": objective.domain.tolist(),
-        "optimum_value": objective.optimum_value,
-        "maximizer": None if objective.maximizer is None else objective.maximizer.tolist(),
-    }
 
 
 def run_single(
@@ -191,59 +157,10 @@ def run_config(
     finished: FinishedRuns | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` runs (seeds ``seed, seed+1, ...``), collected as results
-    (``finished``: see :func:`run_seeds`)."""
+    (``finished``: see :func:`~fedxab.run.job.run_seeds`)."""
     return run_seeds(
         config,
         lambda seed: run_single(config, seed, progress, metrics=metrics),
         on_run_start=on_run_start,
         finished=finished,
-    )
-
-
-def run_seeds(
-    config: Config,
-    run_one: Callable[[int], RunRecord],
-    *,
-    on_run_start: RunStartCallback | None = None,
-    finished: FinishedRuns | None = None,
-) -> RunResults:
-    """The results of ``run_one(seed)`` for each seed of ``config.run``, in order, calling
-    ``on_run_start(k, n, seed)`` before run k. With ``finished``, each run is written to disk as
-    it finishes, and the runs it already kept (``--resume``) are taken instead of run again."""
-    kept = {} if finished is None else finished.kept()
-    seeds = config.run.seeds
-    runs = []
-    for k, seed in enumerate(seeds):
-        if seed in kept:
-            runs.append(kept[seed])
-            continue
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        record = run_one(seed)
-        if finished is not None:
-            finished.keep(record)
-        runs.append(record)
-    return collect_results(config, runs)
-
-
-def announce_seeds(config: Config, on_run_start: RunStartCallback | None) -> Iterator[int]:
-    """The seeds of ``config.run``, calling ``on_run_start(k, n, seed)`` before run k."""
-    seeds = config.run.seeds
-    for k, seed in enumerate(seeds):
-        if on_run_start is not None:
-            on_run_start(k, len(seeds), seed)
-        yield seed
-
-
-def collect_results(config: Config, runs: list[RunRecord]) -> RunResults:
-    """The results of a job's runs: the experiment's config, the objective, the runs (each
-    with its run id) and (for federated runs) the mean communication."""
-    return RunResults(
-        config=config.experiment_dict(),
-        algorithm=config.algorithm.name,
-        objective=objective_info(config),
-        runs=tuple(runs),
-        communication=summarize_communication(runs),
-        privacy=summarize_privacy(runs),
-        algorithm_choice=config.algorithm_choice,
     )

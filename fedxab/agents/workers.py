@@ -1,7 +1,7 @@
 """Client hosts in worker processes, for the in-process runner on a multi-core machine.
 
 ``[run] workers = N`` (N > 1) splits a federated run's clients into N contiguous slices
-(:func:`~fedxab.agents.distributed.client_slices`, as the broker runtime's client hosts) and
+(:func:`~fedxab.run.job.client_slices`, as the broker runtime's client hosts) and
 hosts each slice in a process of its own (:func:`_context`). Each worker builds its
 clients exactly as a client agent does (:func:`~fedxab.run.assembly.build_run` for its ids only)
 and per phase answers the encoded broadcast for its active clients, every client decoding its
@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from fedxab.agents.distributed import client_slices
 from fedxab.algorithms.registry import PRIVATE, decode_broadcast
 from fedxab.broker.codec import packb, unpackb
 from fedxab.config import Config, config_from_dict
 from fedxab.errors import ConfigError, FedxabError
 from fedxab.run.assembly import Functions, build_run
 from fedxab.run.evaluation import Telemetry
+from fedxab.run.job import client_slices
 from fedxab.run.outcome import ClientOutcome
 from fedxab.run.session import ClientSession
 

@@ -144,7 +144,7 @@ def _run_parallel(
 ) -> EntryResult:
     """Like ``run_federated_config``, keeping each coordinator's level record for the loss."""
     from fedxab.agents.federation import Federation
-    from fedxab.agents.local import announce_seeds, collect_results
+    from fedxab.run.job import announce_seeds, collect_results
 
     config = pe.config
     runs, curves, traces = [], [], []

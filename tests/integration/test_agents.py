@@ -16,7 +16,7 @@ from cli_procs import served_under_local_dp
 from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
+from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import RunConflictError, ServerAgent
 from fedxab.algorithms.protocol import Finished
@@ -27,6 +27,7 @@ from fedxab.broker.faults import FaultyBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.results import RunRecord
+from fedxab.run.job import client_slices
 
 SEED = 3
 

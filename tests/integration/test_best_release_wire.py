@@ -9,12 +9,13 @@ import asyncio
 from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.distributed import client_slices, run_id_for
+from fedxab.agents.distributed import run_id_for
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.base import lobby_topic, run_topics
 from fedxab.broker.codec import packb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
+from fedxab.run.job import client_slices
 
 SEED = 3
 DP = {"name": "dpfedpne", "epsilon": 0.5, "privacy_delta": 1e-3, "composition": "sequential"}

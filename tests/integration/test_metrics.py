@@ -25,9 +25,8 @@ from config_factory import sim_config
 from typer.testing import CliRunner
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
+from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
-from fedxab.agents.local import collect_results
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.memory import MemoryBroker
 from fedxab.cli import app
@@ -35,6 +34,7 @@ from fedxab.config import config_from_dict
 from fedxab.monitoring.endpoint import MetricsEndpoint
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.results import load_results, write_results
+from fedxab.run.job import client_slices, collect_results
 from fedxab.security.agents import key_env_var
 from fedxab.security.keys import generate_keys
 

@@ -77,7 +77,13 @@ def test_an_algorithm_module_imports_no_io(module, algorithms_baseline):
 
 @pytest.mark.parametrize(
     "module",
-    ["fedxab.run.session", "fedxab.run.identity", "fedxab.run.outcome", "fedxab.run.envelope"],
+    [
+        "fedxab.run.session",
+        "fedxab.run.identity",
+        "fedxab.run.outcome",
+        "fedxab.run.envelope",
+        "fedxab.run.job",
+    ],
 )
 def test_the_run_sessions_import_no_io(module, run_core_baseline):
     assert _loaded_after(module, RUN_CORE_MUST_NOT_LOAD) - run_core_baseline == set()

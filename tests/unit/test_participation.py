@@ -12,7 +12,7 @@ import pytest
 from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
-from fedxab.agents.distributed import client_slices, run_id_for, run_on_broker
+from fedxab.agents.distributed import run_id_for, run_on_broker
 from fedxab.agents.federation import Federation
 from fedxab.agents.server import ServerAgent
 from fedxab.algorithms.registry import NO_PARTICIPATION
@@ -22,6 +22,7 @@ from fedxab.errors import ConfigError
 from fedxab.monitoring.metrics import FederationMetrics
 from fedxab.privacy.accountants import make_accountant
 from fedxab.privacy.mechanisms import GaussianMechanism
+from fedxab.run.job import client_slices
 from fedxab.run.participation import Participation
 
 SEED, CLIENTS, BUDGET, Q = 3, 10, 2000, 0.3
