@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.agents.failures import Aborted, failure_body, failure_text
 from fedxab.agents.lobby import HELLO_INTERVAL_S, announce_and_watch
 from fedxab.agents.supervise import supervised
 from fedxab.agents.waits import wait_set
@@ -87,6 +86,7 @@ from fedxab.run.evaluation import (
     telemetry_batches,
     telemetry_to_wire,
 )
+from fedxab.run.failures import Aborted, failure_body, failure_text
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
 from fedxab.run.outcome import mean_best, stays_local
@@ -341,7 +341,7 @@ class ClientAgent:
             try:
                 report, telemetry, fresh = self.hosted.answer(m, broadcast)
             except EvaluationError:
-                raise  # the client's objective failed: the run stops (agents.failures)
+                raise  # the client's objective failed: the run stops (run.failures)
             except (ProtocolError, FedxabError) as exc:
                 self.counts["broadcast_rejected"] += 1
                 log.warning("run %s: client %d rejects phase %d: %s", self.run_id, m, phase, exc)
@@ -546,7 +546,7 @@ class ClientAgent:
         await self._to_every_client("leave", phase, "leave", lambda m: None)
 
     async def _stopped(self, phase: int) -> None:
-        """Tell the server each hosted client took its abort (:mod:`fedxab.agents.failures`)."""
+        """Tell the server each hosted client took its abort (:mod:`fedxab.run.failures`)."""
         await self._to_every_client("stopped", phase, f"stopped:{phase}", lambda m: None)
 
     async def _heartbeats(self) -> None:
@@ -559,7 +559,7 @@ class ClientAgent:
     async def _tell_failure(self, exc: EvaluationError, phase: int) -> None:
         """Tell the server that client ``exc.client``'s objective failed, and that this agent's
         other clients stop with it, before this agent stops with the error (the server stops
-        the run: :mod:`fedxab.agents.failures`)."""
+        the run: :mod:`fedxab.run.failures`)."""
         m = exc.client
         body = packb(failure_body(str(exc)))
         records = [(str(m), self._envelope("failed", m, phase, f"failed:{phase}", body))]

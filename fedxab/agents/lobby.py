@@ -25,7 +25,7 @@ server (a server process serving a later run of the job welcomes the earlier run
 as a restarted client process replays those runs first); a restarted server keeps it
 (checkpoint). A client agent cannot join a run whose server has ended: nothing else can tell it
 which session is this execution's. (The server of a run stopped by a client's failure therefore
-stays until every client agent has taken its abort: :mod:`fedxab.agents.failures`.)
+stays until every client agent has taken its abort: :mod:`fedxab.run.failures`.)
 
 With signing on, hellos, welcomes and refusals are signed like every other message (a hello with
 the first hosted client, a welcome or refusal by the server about the client it answers), so a

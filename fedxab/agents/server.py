@@ -61,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedxab.agents.checkpoint import ServerCheckpoint
-from fedxab.agents.failures import failure_body, failure_text
 from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.agents.lobby import new_session, refuse_strangers
 from fedxab.agents.supervise import supervised
@@ -79,6 +78,7 @@ from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_p
 from fedxab.run.assembly import build_run, regret_known
 from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
+from fedxab.run.failures import failure_body, failure_text
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import (
     EpsilonWatch,
@@ -621,7 +621,7 @@ class ServerAgent:
     async def _abort(self, msg: Any) -> None:
         """Stop the run because a client's objective failed: tell every client agent (an
         ``abort`` on the broadcast topic, sealed as a broadcast is) and raise the failure's
-        line (:mod:`fedxab.agents.failures`). Before it raises, the server goes on answering
+        line (:mod:`fedxab.run.failures`). Before it raises, the server goes on answering
         the lobby and publishing the abort again (:meth:`_linger`) until every client has
         stopped (a ``failed`` or ``stopped`` message): a client agent that was not yet welcomed
         when the abort came (started late, or restarted) learns the session from this server

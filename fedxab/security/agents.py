@@ -30,10 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedxab.broker.codec import SERVER, client_sender
-from fedxab.config import Config, SecurityConfig
 from fedxab.errors import FedxabError
 from fedxab.security.keypairs import (
     PRIVATE_DIR,
@@ -48,6 +47,9 @@ from fedxab.security.keypairs import (
 )
 from fedxab.security.keys import SecretKey, key_file_name, load_key, load_key_from_env
 from fedxab.security.signing import Ed25519Signer, HmacSigner, KeyId, Signer, open_record
+
+if TYPE_CHECKING:
+    from fedxab.config import Config, SecurityConfig
 
 __all__ = [
     "BAD_SIGNATURES_NAMED",
@@ -227,7 +229,12 @@ def signer_for(config: Config, clients: Iterable[int] | None = None) -> Signer |
         return None
     assert config.federation is not None
     n = config.federation.clients
-    security = config.security or SecurityConfig()
+    if config.security is None:  # (imported here: loading this module loads no config)
+        from fedxab.config import SecurityConfig
+
+        security = SecurityConfig()
+    else:
+        security = config.security
     if scheme_of(security) == "ed25519":
         return _ed25519_signer(security, clients, n)
     return _hmac_signer(security, range(n) if clients is None else clients, n)

@@ -82,6 +82,7 @@ def test_an_algorithm_module_imports_no_io(module, algorithms_baseline):
         "fedxab.run.identity",
         "fedxab.run.outcome",
         "fedxab.run.envelope",
+        "fedxab.run.failures",
         "fedxab.run.job",
     ],
 )
