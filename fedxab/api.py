@@ -128,6 +128,7 @@ def federate(
     kwargs: Mapping[str, Any] | None = None,
     broker: str = "inprocess://",
     sections: Mapping[str, Mapping[str, Any]] | None = None,
+    resume: RunResults | None = None,
 ) -> RunResults:
     """Federate the clients' own ``objectives`` with ``algorithm``, every party in this process.
 
@@ -139,7 +140,12 @@ def federate(
     client evaluates each distinct parameter set once. ``broker``: ``inprocess://`` (default),
     ``memory://`` or ``kafka://HOST:PORT``. Returns the results of ``repeats`` runs (seeds
     ``seed, seed + 1, ...``): per run the server's recommendation and, per client, what it
-    observed (``runs[k].clients``; with a space also by name, ``runs[k].best_params``)."""
+    observed (``runs[k].clients``; with a space also by name, ``runs[k].best_params``).
+
+    ``resume``: the results of an earlier call of the same job with a smaller ``budget``: each
+    of its runs continues to ``budget`` (as ``study.optimize`` called again does), its
+    evaluations answered from its trials, not made again (:mod:`fedxab.run.continuation`:
+    which algorithms continue, and how). In process only."""
     config = make_config(
         domain,
         clients=_clients_of(objectives, clients),
@@ -156,7 +162,13 @@ def federate(
         kwargs=kwargs,
         sections={**(sections or {}), "broker": {"url": broker}},
     )
-    return run_job(config, functions=objectives)
+    if resume is None:
+        return run_job(config, functions=objectives)
+    from fedxab.run.continuation import check_in_process, continuations_from_results
+
+    config, continuations = continuations_from_results(resume, config)
+    check_in_process(config)
+    return run_job(config, functions=objectives, continuations=continuations)
 
 
 def run_job(config: Config, *, functions: Functions | None = None, **options: Any) -> RunResults:
@@ -175,6 +187,10 @@ def run_job(config: Config, *, functions: Functions | None = None, **options: An
     if make_broker(url, settings) is None:  # inprocess://
         options.pop("hosts", None)
         return run_federated_config(config, functions=functions, **options)
+    if options.pop("continuations", None):
+        from fedxab.run.continuation import check_in_process
+
+        check_in_process(config)
 
     def broker() -> Broker:
         made = make_broker(url, settings)

@@ -72,7 +72,10 @@ from fedxab.run.observe import (
 from fedxab.run.outcome import mean_best
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from fedxab.monitoring.metrics import FederationMetrics
+    from fedxab.run.continuation import Continuation
     from fedxab.run.finished import FinishedRuns
 
 __all__ = ["Federation", "run_federated", "run_federated_config"]
@@ -93,6 +96,10 @@ class Federation:
     ``phases`` (one :class:`PhaseCommunication` per phase), ``used`` (evaluations per client)
     and, with ``keep_points=True``, ``points[m]`` (the points client m evaluated, in order).
 
+    With ``continuation`` (:mod:`fedxab.run.continuation`), the run continues a finished one: it
+    keeps that run's id and its clients' objectives answer the evaluations it made from its
+    trials.
+
     With ``metrics`` (a :class:`~fedxab.monitoring.metrics.FederationMetrics`), the run updates
     it as it goes: once per phase the phase, messages, bytes, reports and evaluations; at each
     progress step (at most about 200 per run) the regret; every ``privacy_interval_s`` the
@@ -107,12 +114,14 @@ class Federation:
         keep_points: bool = False,
         metrics: FederationMetrics | None = None,
         functions: Functions | None = None,
+        continuation: Continuation | None = None,
     ) -> None:
         self.config = config
         self.seed = seed
         self.metrics = metrics
         self.functions = functions
-        self.run_id = run_id_for(config, seed)
+        self.run_id = run_id_for(config, seed) if continuation is None else continuation.run_id
+        replay = None if continuation is None else continuation.trials
         self.workers = config.run.workers
         n_clients = config.federation.clients if config.federation is not None else 0
         if self.workers > 1:
@@ -120,6 +129,10 @@ class Federation:
             if keep_points:
                 raise ConfigError(
                     "run.workers", "must be 1 with keep_points (the points stay in the workers)"
+                )
+            if replay:
+                raise ConfigError(
+                    "run.workers", "must be 1 to continue a run of a user's objective"
                 )
         parts = build_run(
             config,
@@ -129,6 +142,7 @@ class Federation:
             client_ids=range(n_clients) if self.workers == 1 else (),
             functions=functions,
             keep_points=keep_points,
+            replay=replay,
         )
         assert parts.server is not None
         self.session, self.hosted = parts.server, parts.clients
@@ -346,10 +360,14 @@ def run_federated(
     *,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
+    continuation: Continuation | None = None,
 ) -> RunRecord:
     """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`);
-    ``functions``: the clients' own objectives, in place of the config's."""
-    return Federation(config, seed, metrics=metrics, functions=functions).run(progress)
+    ``functions``: the clients' own objectives, in place of the config's; ``continuation``:
+    the finished run it continues."""
+    return Federation(
+        config, seed, metrics=metrics, functions=functions, continuation=continuation
+    ).run(progress)
 
 
 def run_federated_config(
@@ -360,16 +378,25 @@ def run_federated_config(
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
     finished: FinishedRuns | None = None,
+    continuations: Mapping[int, Continuation] | None = None,
 ) -> RunResults:
     """All ``config.run.repeats`` federated runs (seeds ``seed, seed+1, ...``) as results
-    (``finished``: see :func:`~fedxab.run.job.run_seeds`).
+    (``finished``: see :func:`~fedxab.run.job.run_seeds`; ``continuations``: by seed, the
+    finished run a seed's run continues, :mod:`fedxab.run.continuation`).
 
     The ``objective`` block describes the configured (base) objective; with
     ``heterogeneity = "offset"`` or ``"none"`` it is the global objective itself.
     """
     return run_seeds(
         config,
-        lambda seed: run_federated(config, seed, progress, metrics=metrics, functions=functions),
+        lambda seed: run_federated(
+            config,
+            seed,
+            progress,
+            metrics=metrics,
+            functions=functions,
+            continuation=(continuations or {}).get(seed),
+        ),
         on_run_start=on_run_start,
         finished=finished,
     )

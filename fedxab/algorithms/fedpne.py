@@ -22,6 +22,12 @@ run asks a sample of the clients each phase (``ask``); (C) averages the asked cl
 (``phase_pulls``) still count against its schedule; a phase that asks nobody spends its pulls
 and asks the same nodes again.
 
+``horizon`` (fedxab's): the T of ``L = log(c1 T / delta)`` (:class:`~fedxab.algorithms.pne.
+PNEConstants`), the budget by default. Only ``L`` reads it, so the phase schedule, the widths
+and the eliminations depend on the budget through ``horizon`` alone, and on the budget itself
+only where it truncates the last phase: a run continued to a larger budget with the same
+``horizon`` is the longer run (:mod:`fedxab.run.continuation`).
+
 ``depth_counting``: ``"true"`` (default) uses the true depth of the active nodes in every
 formula; ``"literal"`` reproduces the paper's counter, one larger than the true depth.
 The recommendation is the centre of the best node of the last completed phase.
@@ -56,7 +62,7 @@ from fedxab.algorithms.protocol import (
 )
 from fedxab.algorithms.sampling import NodeSamplingClient
 from fedxab.errors import ProtocolError
-from fedxab.validation import check_bool, check_choice
+from fedxab.validation import check_bool, check_choice, check_positive_int
 
 DEPTH_COUNTING = ("true", "literal")
 
@@ -98,6 +104,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         *,
         n_clients: int,
         budget: int,
+        horizon: int | None = None,
         nu: float = 1.0,
         rho: float = 0.5,
         preset: str = "practical",
@@ -114,7 +121,7 @@ class FedPNEServer(InboxServer[FedPNEReport]):
         self.noise_free = check_bool("algorithm.noise_free", noise_free)
         self.constants = PNEConstants.resolve(
             n_clients=n_clients,
-            horizon=budget,
+            horizon=budget if horizon is None else check_positive_int("algorithm.horizon", horizon),
             nu=nu,
             rho=rho,
             preset=preset,

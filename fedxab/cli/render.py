@@ -323,10 +323,22 @@ def ledger_line(where: str | None) -> str:
     return f"privacy ledger: {where} (audit: fedxab audit {where})"
 
 
-def print_finished_seeds(console: Console, finished, quiet: bool) -> None:
-    """Say which seeds a job takes from disk (``--resume``), or which finished ones it will run
-    again (without it)."""
-    seeds = finished.on_disk()
+def print_finished_seeds(
+    console: Console, finished, quiet: bool, continued: Mapping[int, Any] | None = None
+) -> None:
+    """Say which seeds a job takes from disk (``--resume``), which it continues to a larger
+    budget (``continued``: by seed, a :class:`~fedxab.run.continuation.Continuation`), or
+    which finished ones it will run again (without it)."""
+    continued = continued or {}
+    if not quiet and continued:
+        before = next(iter(continued.values())).budget
+        console.print(
+            f"continuing: seed(s) {', '.join(map(str, sorted(continued)))} from budget "
+            f"{before:,} ({finished.directory})",
+            soft_wrap=True,
+            markup=False,
+        )
+    seeds = [s for s in finished.on_disk() if s not in continued]
     if quiet or not seeds:
         return
     listed = ", ".join(map(str, seeds))

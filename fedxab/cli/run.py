@@ -63,7 +63,9 @@ _ResumeOption = Annotated[
     typer.Option(
         "--resume",
         help="Keep the seeds this job already finished (DIR/runs) and run only the others; "
-        "on Kafka an interrupted seed continues from its checkpoint (DIR/checkpoints).",
+        "on Kafka an interrupted seed continues from its checkpoint (DIR/checkpoints). With "
+        "a larger --budget N, continue the finished runs to N (Fed-PNE, DP-Fed-PNE; "
+        "--broker inprocess://).",
     ),
 ]
 
@@ -90,15 +92,16 @@ def run(
     """Run a job and write DIR/results.json (federated jobs: every agent in this process).
     Each seed's run is kept in DIR/runs as it finishes; --resume takes them up again."""
     from fedxab.results import write_results
+    from fedxab.run.continuation import continue_job
     from fedxab.run.finished import FinishedRuns
 
     console = make_console()
     with errors_as_exit_code():
         cfg = load_job(config, seed, repeats, budget, output, broker, keys_dir, namespace)
-        finished = FinishedRuns(cfg, resume=resume)
+        cfg, finished, continuations = continue_job(cfg, FinishedRuns(cfg, resume=resume))
         if not quiet:
             _print_job(console, cfg, "built-in default" if config is None else str(config))
-        print_finished_seeds(console, finished, quiet)
+        print_finished_seeds(console, finished, quiet, continuations)
         progress = progress_display(console, quiet, progress_mode)
         unit = "evals" if cfg.federation is None else "rounds"
         on_run_start, on_progress = run_callbacks(progress, cfg.run.budget, unit)
@@ -115,6 +118,7 @@ def run(
                     hosts=hosts,
                     metrics=metrics,
                     finished=finished,
+                    continuations=continuations,
                 )
             path = write_results(results, cfg.output_dir)
             print_results(console, results, cfg, path, quiet=quiet, server=False)
@@ -150,6 +154,7 @@ def _run_job(cfg: Any, *, progress: Any, hosts: int, **options: Any) -> Any:
     from fedxab.api import run_job
 
     if cfg.federation is None:
+        options.pop("continuations")  # (continue_job refuses a single-agent run)
         return run_config(cfg, progress, **options)
     try:
         return interruptible(lambda: run_job(cfg, progress=progress, hosts=hosts, **options))

@@ -9,6 +9,10 @@ maximised one) and the wall time of the call. A vectorised function evaluates a 
 call: each of its points gets the call's wall time divided by the batch size. A repeat that a
 deterministic objective answers from its cache is no call, so no trial.
 
+A run that continues a finished one (:mod:`fedxab.run.continuation`) hands each client's log
+the trials of that run (:meth:`TrialLog.replay`): the client's first evaluations are answered
+from them, in order, without calling the function again, and are logged again as they were.
+
 The trials stay with the party that evaluated them: a client's
 :class:`~fedxab.run.outcome.ClientOutcome` carries them (``trials``) in the in-process runner,
 in :func:`fedxab.federate` and in ``fedxab run`` (every party is in the caller's process), and
@@ -26,6 +30,7 @@ import csv
 import dataclasses
 import io
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,16 +84,44 @@ class TrialLog:
     def __init__(self) -> None:
         self.trials: list[TrialRecord] = []
         self.listener: Callable[[TrialRecord], None] | None = None
+        self._recorded: deque[TrialRecord] = deque()
+
+    def replay(self, trials: Iterable[TrialRecord]) -> None:
+        """Answer the next calls from ``trials`` (a finished run's, oldest first) instead of
+        calling the function: :meth:`next_recorded` hands them out."""
+        self._recorded = deque(trials)
+
+    @property
+    def replaying(self) -> int:
+        """Recorded trials not replayed yet."""
+        return len(self._recorded)
+
+    def next_recorded(self, params: Any) -> TrialRecord:
+        """The next recorded trial, logged again, for a call given ``params``; ValueError
+        (saying both) if that trial was made with other parameters."""
+        trial = self._recorded.popleft()
+        given = _params(params)
+        if given != dict(trial.params):
+            self._recorded.clear()
+            raise ValueError(
+                f"it evaluates {given} as its trial {trial.number}, where the run it continues "
+                f"evaluated {dict(trial.params)}"
+            )
+        self._append(trial.params, trial.value, trial.wall_s)
+        return trial
 
     def add(self, params: Any, value: Any, wall_s: float) -> None:
         """One call: the function was given ``params`` (a mapping, or a point) and returned
         ``value`` in ``wall_s`` seconds (nothing is kept for a value that is not a number)."""
         number = _number(value)
         if number is not None:
-            trial = TrialRecord(len(self.trials), _params(params), number, wall_s)
-            self.trials.append(trial)
-            if self.listener is not None:
-                self.listener(trial)
+            self._append(_params(params), number, wall_s)
+
+    def _append(self, params: Mapping[str, Any], value: float, wall_s: float) -> None:
+        trial = TrialRecord(len(self.trials), params, value, wall_s)
+        self.trials.append(trial)
+        if self.listener is not None:
+            self.listener(trial)
 
     def add_batch(self, params: Sequence[Any], values: Any, wall_s: float) -> None:
         """One vectorised call on the points ``params``, which returned ``values`` (one per

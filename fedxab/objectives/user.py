@@ -204,7 +204,8 @@ class UserCall:
         self.vectorized = vectorized
         self.cache: dict[Any, Any] | None = {} if deterministic else None
         self.calls = 0
-        """Calls of the user's function so far (rows of a vectorized batch: one each)."""
+        """Calls of the user's function so far (rows of a vectorized batch: one each), the
+        trials a continued run replays included (so a trial's number is the same)."""
         self.trials = TrialLog()
         """Every call: the parameters the function was given, its value and the call's wall
         time (:mod:`fedxab.objectives.history`)."""
@@ -248,7 +249,10 @@ class UserCall:
 
     def _call(self, x: np.ndarray, rows: int = 1) -> Any:
         """The user's function on ``x`` (a batch of ``rows`` points when vectorized), recorded
-        in :attr:`trials` with the parameters as the function knows them."""
+        in :attr:`trials` with the parameters as the function knows them; the points that a
+        continued run replays (:meth:`TrialLog.replay`) are answered from their trials."""
+        if self.trials.replaying:
+            return self._replayed(x, rows)
         t0 = time.perf_counter()
         value = self._invoke(x, rows)
         wall_s = time.perf_counter() - t0
@@ -257,6 +261,29 @@ class UserCall:
         else:
             self.trials.add(self._given(x), value, wall_s)
         return value
+
+    def _replayed(self, x: np.ndarray, rows: int) -> Any:
+        """``x``'s values from the trials of the run this one continues, as far as they go
+        (the rest of a batch calls the function); a point that is not the next recorded one
+        raises :class:`EvaluationError`: the run is not the one it continues."""
+        points = list(x) if self.vectorized else [x]
+        values = []
+        for point in points[: self.trials.replaying]:
+            try:
+                values.append(self.trials.next_recorded(self._given(point)).value)
+            except ValueError as exc:
+                raise EvaluationError(
+                    self.client,
+                    f"client {self.client}: {exc}: it does not continue that run (another "
+                    "objective, space or algorithm parameter?); run it again without resume",
+                ) from None
+            self.calls += 1
+        if not self.vectorized:
+            return values[0]
+        rest = x[len(values) :]
+        if len(rest):
+            values += list(np.asarray(self._call(rest, rows=len(rest)), float).reshape(-1))
+        return np.asarray(values, dtype=float)
 
     def _given(self, x: np.ndarray) -> Any:
         """The parameters of point ``x`` as the function is given them (decoded, by name)."""

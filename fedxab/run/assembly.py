@@ -15,7 +15,7 @@ Two kinds of objectives reach a run:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from fedxab.run.session import ClientSession, ServerSession
 
 if TYPE_CHECKING:
     from fedxab.config import Config
+    from fedxab.objectives.history import TrialRecord
 
 __all__ = [
     "Functions",
@@ -140,6 +141,7 @@ def build_run(
     functions: Functions | None = None,
     keep_points: bool = False,
     family: ClientFamily | None = None,
+    replay: Mapping[int, Sequence[TrialRecord]] | None = None,
 ) -> RunParts:
     """The parts of run ``seed`` of a federated ``config`` for a party that is the server
     (``server``) and/or hosts ``client_ids``: the in-process runner is both, a server agent the
@@ -153,7 +155,11 @@ def build_run(
 
     ``family``: the simulated family of ``config`` and ``seed`` (:func:`make_family`) if the
     caller built it already: the server and client agents of one process share it, as the
-    in-process runner's server and clients do, instead of each drawing it again."""
+    in-process runner's server and clients do, instead of each drawing it again.
+
+    ``replay``: by client, the trials of the finished run this one continues
+    (:mod:`fedxab.run.continuation`); each hosted client's objective answers its first
+    evaluations from them."""
     fed = config.federation
     if fed is None:
         raise ConfigError(
@@ -217,6 +223,10 @@ def build_run(
             for m in ids
         }
         logs = {m: getattr(family.clients[m], "trials", None) for m in ids}  # a user's calls
+        for m, recorded in (replay or {}).items():
+            log = logs.get(m)
+            if log is not None:
+                log.replay(recorded)
         trials = {m: log for m, log in logs.items() if log is not None}
         client_session = ClientSession(
             dict(zip(ids, clients, strict=True)), evaluators, trials, participation

@@ -129,8 +129,12 @@ def test_resume_adds_seeds_to_a_job_but_refuses_runs_of_another_experiment(tmp_p
     assert list(FinishedRuns(more, resume=True).kept()) == [1]
     assert FinishedRuns(more, resume=False).kept() == {}
 
-    other = config_from_dict({**base, "run": {**base["run"], "budget": 600}})
-    with pytest.raises(ResultsError, match=r"another experiment \(run.budget: expected 600"):
+    longer = config_from_dict({**base, "run": {**base["run"], "budget": 600}})
+    assert FinishedRuns(longer, resume=True).kept() == {}  # a run to continue, not to keep
+    assert list(FinishedRuns(longer, resume=True).to_continue()) == [1]
+
+    other = config_from_dict({**base, "federation": {"clients": 5}})
+    with pytest.raises(ResultsError, match=r"another experiment \(federation.clients: expected 5"):
         FinishedRuns(other, resume=True).kept()
 
     (tmp_path / "runs" / "seed-1.json").write_text("{not json")

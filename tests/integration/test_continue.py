@@ -1,0 +1,273 @@
+"""A finished run continued with more budget (issue 37 item 3): Fed-PNE and DP-Fed-PNE, budget
+2,000 continued to 5,000, against runs started with 5,000; and the one-line refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import fedxab
+from fedxab.algorithms.registry import FEDERATED
+from fedxab.cli import app
+from fedxab.errors import ConfigError, EvaluationError
+from fedxab.privacy.ledger import PrivacyLedger
+from fedxab.run.continuation import CONTINUES, REFUSED
+
+runner = CliRunner()
+
+DOMAIN = [[0.0, 1.0], [0.0, 1.0]]
+CLIENTS = 4
+
+
+class Counted:
+    """A deterministic objective per client, on a batch, that counts the points evaluated."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, X: np.ndarray, client_id: int) -> np.ndarray:
+        self.calls += len(X)
+        return 1.0 - np.sum((X - 0.3 - 0.05 * client_id) ** 2, axis=1)
+
+
+def _federate(f: Counted, budget: int, **options):
+    params = options.pop("params", {})
+    return fedxab.federate(
+        f,
+        DOMAIN,
+        budget=budget,
+        clients=CLIENTS,
+        algorithm="fedpne",
+        params=params,
+        vectorized=True,
+        **options,
+    )
+
+
+def _comparable(run) -> dict:
+    """A run's record without what may differ between two runs of one result: the wall time,
+    the run id (a continued run keeps the id of the run it continues) and the trials' wall
+    times."""
+    data = run.to_dict()
+    data.pop("wall_time_s")
+    data.pop("run_id")
+    trials = [[dataclasses.replace(t, wall_s=0.0) for t in o.trials] for o in run.clients]
+    return {**data, "trials": trials}
+
+
+def test_fedpne_continued_from_2000_to_5000_is_the_5000_run_with_the_kept_horizon():
+    f = Counted()
+    short = _federate(f, 2_000)
+    assert f.calls == CLIENTS * 2_000
+    continued = _federate(f, 5_000, resume=short)
+    # the objective is called only for the new evaluations: the first 2,000 are replayed
+    assert f.calls == CLIENTS * 5_000
+    assert continued.runs[0].run_id == short.runs[0].run_id
+    assert continued.config["algorithm"]["horizon"] == 2_000  # pinned
+
+    longer = _federate(Counted(), 5_000, params={"horizon": 2_000})
+    assert _comparable(continued.runs[0]) == _comparable(longer.runs[0])
+    assert [len(o.trials) for o in continued.runs[0].clients] == [5_000] * CLIENTS
+
+    # the documented difference: a run started with 5,000 sets L from T = 5,000, not 2,000
+    fresh = _federate(Counted(), 5_000)
+    assert _comparable(continued.runs[0]) != _comparable(fresh.runs[0])
+
+
+def test_fedpne_started_with_the_horizon_of_5000_continues_to_exactly_the_5000_run():
+    short = _federate(Counted(), 2_000, params={"horizon": 5_000})
+    continued = _federate(Counted(), 5_000, params={"horizon": 5_000}, resume=short)
+    fresh = _federate(Counted(), 5_000)  # horizon: the budget, 5,000
+    assert _comparable(continued.runs[0]) == _comparable(fresh.runs[0])
+    # ... and continued again, 5,000 -> 8,000, it is still the run of the longer budget
+    again = _federate(Counted(), 8_000, params={"horizon": 5_000}, resume=continued)
+    longest = _federate(Counted(), 8_000, params={"horizon": 5_000})
+    assert _comparable(again.runs[0]) == _comparable(longest.runs[0])
+
+
+def test_a_replayed_point_that_is_not_the_recorded_one_stops_the_run():
+    short = _federate(Counted(), 2_000)
+    run = short.runs[0]
+    first = run.clients[1].trials[0]
+    moved = dataclasses.replace(first, params={"x0": 0.125, "x1": 0.5})
+    clients = list(run.clients)
+    clients[1] = dataclasses.replace(clients[1], trials=(moved, *clients[1].trials[1:]))
+    tampered = dataclasses.replace(short, runs=(dataclasses.replace(run, clients=tuple(clients)),))
+    with pytest.raises(EvaluationError, match="client 1: it evaluates .* does not continue"):
+        _federate(Counted(), 5_000, resume=tampered)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"budget": 1_000}, "run.budget"),
+        ({"params": {"rho": 0.7}}, "algorithm.rho"),
+        ({"params": {"horizon": 3_000}}, "algorithm.horizon"),
+        ({"algorithm": "fed1ucb"}, "algorithm.name"),
+        ({"broker": "memory://"}, "broker.url"),
+    ],
+)
+def test_a_continuation_that_does_not_fit_is_refused_naming_the_field(change, field):
+    short = _federate(Counted(), 2_000)
+    options = {"budget": 5_000, "params": {}, **change}
+    budget = options.pop("budget")
+    algorithm = options.pop("algorithm", "fedpne")
+    with pytest.raises(ConfigError) as caught:
+        fedxab.federate(
+            Counted(), DOMAIN, budget=budget, clients=CLIENTS, algorithm=algorithm,
+            vectorized=True, resume=short, **options,
+        )  # fmt: skip
+    assert caught.value.field == field
+    assert "\n" not in str(caught.value)
+
+
+def test_every_federated_algorithm_continues_or_says_why_not():
+    assert CONTINUES | set(REFUSED) == set(FEDERATED)
+    assert not CONTINUES & set(REFUSED)
+
+
+# ------------------------------------------------------------------------------ fedxab run
+JOB = """\
+[run]
+budget = 2000
+
+[objective]
+name = "garland"
+
+[algorithm]
+name = "{algorithm}"
+{params}
+
+[federation]
+clients = {clients}
+
+[broker]
+url = "inprocess://"
+{privacy}
+"""
+
+PRIVACY = """
+[privacy]
+ledger = "ledger.sqlite"
+lifetime_epsilon = 100.0
+"""
+
+
+def _job(tmp_path: Path, algorithm: str = "fedpne", params: str = "", private: bool = False):
+    path = tmp_path / f"{algorithm}.toml"
+    text = JOB.format(
+        algorithm=algorithm,
+        params=params,
+        clients=CLIENTS,
+        privacy=PRIVACY if private else "",
+    )
+    path.write_text(text)
+    return path
+
+
+def _run(*args: str) -> str:
+    result = runner.invoke(app, ["run", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def _runs(out: Path) -> list[dict]:
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    for run in runs:
+        run.pop("wall_time_s")
+        run.pop("run_id")
+    return runs
+
+
+def test_fedxab_run_resume_budget_continues_a_fedpne_run(tmp_path):
+    job = _job(tmp_path)
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    text = _run(job, "-o", out, "--resume", "--budget", "5000")
+    assert "continuing: seed(s) 0 from budget 2,000" in text
+    (tmp_path / "h").mkdir()
+    pinned = _job(tmp_path / "h", params="horizon = 2000")
+    _run(pinned, "-o", tmp_path / "longer", "-q", "--budget", "5000")
+    assert _runs(out) == _runs(tmp_path / "longer")
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["run"]["budget"] == 5_000
+    assert results["config"]["algorithm"]["horizon"] == 2_000
+
+
+def test_a_continued_dpfedpne_run_charges_its_ledger_as_the_longer_run(tmp_path):
+    job = _job(tmp_path, "dpfedpne", "epsilon = 0.5\nprivacy_delta = 1e-5\n", private=True)
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    first = json.loads((out / "results.json").read_text())["runs"][0]
+    _run(job, "-o", out, "-q", "--resume", "--budget", "5000")
+    continued = json.loads((out / "results.json").read_text())["runs"][0]
+    assert continued["run_id"] == first["run_id"]
+
+    (tmp_path / "h").mkdir()
+    pinned = _job(
+        tmp_path / "h",
+        "dpfedpne",
+        "epsilon = 0.5\nprivacy_delta = 1e-5\nhorizon = 2000\n",
+        private=True,
+    )
+    _run(pinned, "-o", tmp_path / "longer", "-q", "--budget", "5000")
+    longer = json.loads((tmp_path / "longer" / "results.json").read_text())["runs"][0]
+
+    ours = PrivacyLedger(str(out / "ledger.sqlite"))
+    theirs = PrivacyLedger(str(tmp_path / "longer" / "ledger.sqlite"))
+    try:
+        assert ours.runs() == [first["run_id"]]  # one run, continued: no second run charged
+        history = ours.history_all(first["run_id"])
+        assert history == theirs.history_all(longer["run_id"])
+        releases = [len(history[m]) for m in range(CLIENTS)]
+        assert all(r > f for r, f in zip(releases, first["privacy"]["releases"], strict=True))
+        assert ours.run_owners(first["run_id"]) == theirs.run_owners(longer["run_id"])
+        owner = ours.run_owners(first["run_id"])[0]
+        assert ours.lifetime_spent(owner) == pytest.approx(theirs.lifetime_spent(owner))
+    finally:
+        ours.close()
+        theirs.close()
+    for block in (continued["privacy"], longer["privacy"]):
+        block.pop("run_id")
+        block.pop("ledger")
+    assert continued["privacy"] == longer["privacy"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--budget", "1000"], "run.budget: 1000 does not exceed the 2000 evaluations"),
+        (["--budget", "5000", "--broker", "memory://"], "broker.url: a finished run continues"),
+    ],
+)
+def test_fedxab_run_refuses_a_continuation_in_one_line(tmp_path, args, expected):
+    job = _job(tmp_path)
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    result = runner.invoke(app, ["run", str(job), "-o", str(out), "--resume", *args])
+    assert result.exit_code != 0
+    assert expected in " ".join(result.output.split())
+
+
+def test_fedxab_run_resume_without_a_previous_run_says_so(tmp_path):
+    job = _job(tmp_path)
+    result = runner.invoke(
+        app, ["run", str(job), "-o", str(tmp_path / "none"), "--resume", "--budget", "5000"]
+    )
+    assert result.exit_code != 0
+    assert "run.output:" in result.output and "no finished run to resume" in result.output
+
+
+def test_fedxab_run_refuses_to_continue_an_algorithm_that_cannot(tmp_path):
+    job = _job(tmp_path, "fed1ucb")
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    result = runner.invoke(app, ["run", str(job), "-o", str(out), "--resume", "--budget", "5000"])
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert "run.budget: a finished fed1ucb run cannot be continued" in text
