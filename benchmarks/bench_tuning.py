@@ -10,7 +10,10 @@ sites and seeds:
   declared with ``suggest_float/int/categorical`` as a user would;
 - ``random``: uniform points of the typed space per site;
 - ``pooled-tpe``: one Optuna study that sees every site's data (trial k evaluated at site
-  k mod M; the non-private reference).
+  k mod M; the non-private reference);
+- ``exhaustive`` (on a space without a continuous parameter): every parameter set scored at
+  every site; its per-site best is each site's optimum and its recommendation the parameter
+  set of largest mean score over the sites, the ceiling of any single recommendation.
 
 Tasks: four scikit-learn models on bundled data sets, sharded across the sites with label skew
 (each class's samples split among the sites by Dirichlet(1) proportions; diabetes: its target's
@@ -28,14 +31,16 @@ best trial), the distinct evaluations per site, and the optimizer's own time per
 mean over sites) compares ``auto`` with ``tpe``: "better"/"worse" at p < 0.05, else "tie".
 
 Run: ``.venv/bin/python benchmarks/bench_tuning.py [--quick] [--seeds 0-9] [--budgets 20,50,100]
-[--tasks ...] [--algorithms auto,fedpne,pfhct,ftsde] [--references tpe,random,pooled-tpe|none]
-[--sites 4] [--json OUT]``; ``--json`` is rewritten after every task and budget, and
-``--from-json A.json B.json ...`` prints the tables of separate runs merged, without running.
+[--tasks ...] [--algorithms auto,fedpne,pfhct,ftsde|none]
+[--references tpe,random,pooled-tpe,exhaustive|none] [--sites 4] [--json OUT]``; ``--json`` is
+rewritten after every task and budget, and ``--from-json A.json B.json ...`` prints the tables
+of separate runs merged, without running.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -55,7 +60,7 @@ from bench_federation import env_line, environment, md_table
 SITES = 4
 BUDGETS = (20, 50, 100)
 FEDERATED = ("auto", "fedpne", "pfhct", "ftsde")
-REFERENCES = ("tpe", "random", "pooled-tpe")
+REFERENCES = ("tpe", "random", "pooled-tpe", "exhaustive")
 ALPHA = 0.05
 
 
@@ -359,7 +364,35 @@ def run_random(task: Task, budget: int, seed: int, sites: int) -> Outcome:
     return meter.outcome(time.perf_counter() - t0, None)
 
 
-def run_method(task: Task, method: str, budget: int, seed: int, sites: int) -> Outcome:
+def grid(space: Any) -> list[dict[str, Any]] | None:
+    """Every parameter set of a space without a continuous parameter, else None."""
+    if any(n is None for n in space.levels):
+        return None
+    params = list(space.params.values())
+    return [
+        dict(zip(space.params, (p.value(k) for p, k in zip(params, ks, strict=True)), strict=True))
+        for ks in itertools.product(*(range(n) for n in space.levels))
+    ]
+
+
+def run_exhaustive(task: Task, sites: int) -> Outcome | None:
+    """The ceiling of any single recommendation on a finite space (every parameter set scored
+    at every site): per-site best = each site's optimum, recommendation = the parameter set of
+    largest mean score over the sites; None on a space with a continuous parameter."""
+    points = grid(task.space)
+    if points is None:
+        return None
+    meter = Meter(task, sites)
+    t0 = time.perf_counter()
+    scores = np.array([[meter.at(m, p) for p in points] for m in range(sites)])
+    sign = 1.0 if task.maximize else -1.0
+    rec = scores[:, int(np.argmax(sign * scores.mean(axis=0)))]
+    return meter.outcome(time.perf_counter() - t0, rec)
+
+
+def run_method(task: Task, method: str, budget: int, seed: int, sites: int) -> Outcome | None:
+    if method == "exhaustive":
+        return run_exhaustive(task, sites)
     if method == "tpe":
         return run_tpe(task, budget, seed, sites, pooled=False)
     if method == "pooled-tpe":
@@ -455,6 +488,12 @@ def render(record: dict[str, Any]) -> None:
             print(f"\n{name}, budget {budget} per site ({label}, {sense} is better)")
             methods = [m for m in cell if m != "auto_vs_tpe"]
             print(md_table(HEADERS, [row(m, cell[m]) for m in methods]), flush=True)
+            if "auto" in cell and "exhaustive" in cell:
+                ceiling = cell["exhaustive"]["rec_mean"] / cell["auto"]["mean"]
+                print(
+                    "best single parameter set (exhaustive) over auto's per-site best: "
+                    f"{ceiling:.3f}"
+                )
             if "auto" in cell and "tpe" in cell:
                 a, b = np.array(cell["auto"]["per_seed"]), np.array(cell["tpe"]["per_seed"])
                 diff, p, verdict = paired(a, b, maximize)
@@ -484,9 +523,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--algorithms", default=",".join(FEDERATED))
+    parser.add_argument("--algorithms", default=",".join(FEDERATED), help="... or none")
     parser.add_argument(
-        "--references", default=",".join(REFERENCES), help="tpe,random,pooled-tpe or none"
+        "--references",
+        default=",".join(REFERENCES),
+        help="tpe,random,pooled-tpe,exhaustive or none",
     )
     parser.add_argument("--sites", type=int, default=SITES)
     parser.add_argument("--json", type=Path, default=None)
@@ -501,7 +542,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     tasks = args.tasks.split(",")
     refs = [] if args.references == "none" else args.references.split(",")
-    methods = [*args.algorithms.split(","), *refs]
+    algorithms = [] if args.algorithms == "none" else args.algorithms.split(",")
+    methods = [*algorithms, *refs]
     if args.quick:
         seeds, budgets, tasks = seeds[:2], [20], ["logreg-wine", "bbob-f8-d4"]
     for t in tasks:
@@ -525,9 +567,11 @@ def main() -> None:
             for seed in seeds:
                 task = make_task(name, seed, args.sites)
                 for method in methods:
-                    results[method].append(run_method(task, method, budget, seed, args.sites))
+                    outcome = run_method(task, method, budget, seed, args.sites)
+                    if outcome is not None:
+                        results[method].append(outcome)
                 print(f"  {name} budget {budget} seed {seed} done", file=sys.stderr, flush=True)
-            cell: dict[str, Any] = {m: summarise(results[m]) for m in methods}
+            cell: dict[str, Any] = {m: summarise(r) for m, r in results.items() if r}
             if "auto" in cell and "tpe" in cell:
                 a, b = np.array(cell["auto"]["per_seed"]), np.array(cell["tpe"]["per_seed"])
                 diff, p, verdict = paired(a, b, task.maximize)

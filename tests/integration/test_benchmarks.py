@@ -370,6 +370,26 @@ def test_bench_tuning_runs_tiny_and_reports_every_method(tmp_path) -> None:
     assert again == out[out.index("\nlogreg-wine") :]  # the same tables, not rerun
 
 
+def test_exhaustive_reference_is_the_ceiling_of_one_recommendation() -> None:
+    """bench_tuning's ``exhaustive`` reference scores every parameter set of a finite space at
+    every site: each site's optimum as its best, the set of largest mean score as the
+    recommendation; a space with a continuous parameter has none."""
+    sys.path.insert(0, str(BENCH))
+    from bench_tuning import Task, grid, run_exhaustive
+
+    import fedxab
+
+    space = fedxab.SearchSpace({"n": fedxab.Int(1, 3), "c": fedxab.Categorical(["a", "b"])})
+    assert len(grid(space)) == 6
+    table = {0: {(1, "a"): 5.0, (2, "b"): 4.0}, 1: {(3, "b"): 6.0, (2, "b"): 4.5}}
+    task = Task("toy", space, lambda m, p: table[m].get((p["n"], p["c"]), 0.0), True, "", {})
+    out = run_exhaustive(task, 2)
+    assert out.best.tolist() == [5.0, 6.0]  # each site's optimum
+    assert out.rec.tolist() == [4.0, 4.5]  # (2, "b"): mean 4.25, the largest mean
+    assert out.distinct == 6
+    assert grid(fedxab.SearchSpace({"x": fedxab.Float(0, 1), "n": fedxab.Int(1, 3)})) is None
+
+
 def test_select_fedtpe_runs_only_on_held_out_tasks(tmp_path) -> None:
     """select_fedtpe.py (how Fed-TPE's univariate dimension was chosen): one held-out task, one
     seed, budget 10; a reported task is refused."""
