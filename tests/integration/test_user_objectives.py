@@ -187,8 +187,13 @@ def test_minimising_a_function_is_maximising_its_negation(sites):
     def cost(k):
         return lambda x: -sites.SITES[k](x)
 
-    low = fedxab.federate([cost(k) for k in range(3)], DOMAIN, budget=600, direction="minimize")
-    high = fedxab.federate(sites.SITES, DOMAIN, budget=600)
+    # The direction is the run layer's (fedxab.run.evaluation), the same for every algorithm:
+    # Fed-PNE, as when this test was written (the default, "auto", now picks Fed-TPE at this
+    # budget, ten times the CPU; tests/unit/test_trials.py minimises under the default).
+    low = fedxab.federate(
+        [cost(k) for k in range(3)], DOMAIN, budget=600, algorithm="fedpne", direction="minimize"
+    )
+    high = fedxab.federate(sites.SITES, DOMAIN, budget=600, algorithm="fedpne")
     a, b = low.runs[0], high.runs[0]
     np.testing.assert_array_equal(a.recommendation, b.recommendation)
     for lo, hi in zip(a.clients, b.clients, strict=True):
@@ -207,7 +212,9 @@ def test_plot_what_the_clients_observed(sites, tmp_path):
     from fedxab.monitoring.plots import observed_band
     from fedxab.results import load_results, write_results
 
-    results = fedxab.federate(sites.SITES, DOMAIN, budget=600, repeats=3, direction="minimize")
+    results = fedxab.federate(  # Fed-PNE: see test_minimising_a_function_is_maximising_...
+        sites.SITES, DOMAIN, budget=600, repeats=3, algorithm="fedpne", direction="minimize"
+    )
     path = write_results(results, tmp_path / "out")
     rounds, mean, std = observed_band(load_results(path))
     finals = [np.mean([c.best_value for c in run.clients]) for run in results.runs]
@@ -263,15 +270,11 @@ def test_objective_config_errors_name_the_field(tmp_path):
 class Job:
     """A server process and client processes of one job on the dev broker, each with its log."""
 
-    def __init__(self, tmp_path: Path, broker_url: str, user_module: Path) -> None:
+    def __init__(self, tmp_path: Path, broker_url: str, user_module: Path, keys: Path) -> None:
         self.tmp = tmp_path
         self.url = broker_url
         self.namespace = f"t{uuid.uuid4().hex[:10]}"
         self.output = tmp_path / "out"
-        keys = tmp_path / "keys"
-        subprocess.run(
-            [*FEDXAB, "keys", "generate", "--clients", "3", "--out", str(keys)], check=True
-        )
         self.security = f'\n[security]\nkeys_dir = "{keys.as_posix()}"\n'
         self.config = self.config_file("run.toml", self.output)
         where = [str(user_module), os.environ.get("PYTHONPATH", "")]  # (fedxab's, if set)
@@ -333,9 +336,18 @@ class Job:
                 proc.wait()
 
 
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    """The jobs' signing keys (3 clients), generated once by ``fedxab keys generate``: each job
+    has a namespace of its own, so sharing the keys spares a process per test."""
+    keys = tmp_path_factory.mktemp("keys") / "keys"
+    subprocess.run([*FEDXAB, "keys", "generate", "--clients", "3", "--out", str(keys)], check=True)
+    return keys
+
+
 @pytest.fixture
-def job(tmp_path, dev_broker, user_module):
-    job = Job(tmp_path, dev_broker.url, user_module)
+def job(tmp_path, dev_broker, user_module, keys):
+    job = Job(tmp_path, dev_broker.url, user_module, keys)
     yield job
     job.stop()
 
