@@ -355,7 +355,8 @@ class FTSDEServer(InboxServer[FTSReport]):
             self.layout.region_of if self.settings.regions > 1 else None,
         )
         maximiser = AcquisitionMaximiser(grid=self.settings.grid())
-        u, _ = maximiser.argmax(f, stream(self.seed, "fts-recommend"))
+        with single_threaded_blas():  # L-BFGS-B's small factorisations (see blas.py)
+            u, _ = maximiser.argmax(f, stream(self.seed, "fts-recommend"))
         return to_domain(self.domain, u[None])[0]
 
 

@@ -23,6 +23,7 @@ through :func:`fedxab.seeding.stream`, everything else takes a ``numpy.random.Ge
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def as_points(X: np.ndarray, dim: int | None = None, field: str = "X") -> np.nda
     if arr.ndim != 2 or arr.shape[1] < 1 or (dim is not None and arr.shape[1] != dim):
         shape = f"(n, {'D' if dim is None else dim})"
         raise ConfigError(field, f"must have shape {shape}, one point per row; got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise ConfigError(field, "must contain finite numbers only (found NaN or inf)")
     return arr
 
@@ -237,7 +238,10 @@ class RandomFeatures:
         whole grid, and each temporary of that size costs about as much as the arithmetic. With
         D = 1 the products ``x·s_j`` are plain products (a matrix product of inner dimension 1
         rounds each the same way), so the values are those of ``cos(X Sᵀ + b)`` exactly."""
-        Z = model_inputs(as_points(X, self.dim), self.categories)
+        return self._features(model_inputs(as_points(X, self.dim), self.categories))
+
+    def _features(self, Z: np.ndarray) -> np.ndarray:
+        """``Φ`` (n, M) of the kernel inputs Z (n, :func:`input_dim`)."""
         arg = Z * self.spectral.T if self.spectral.shape[1] == 1 else Z @ self.spectral.T
         arg += self.phase
         features = np.cos(arg, out=arg)
@@ -253,24 +257,42 @@ class RandomFeatures:
         """``∂φ/∂x`` at one point x (D,), shape (M, D); used for the L-BFGS-B refinement.
         A categorical coordinate's column is 0: φ is constant inside each choice's cell."""
         x = np.asarray(x, dtype=float)
-        z = model_inputs(x[None], self.categories)[0]
+        return self._jacobian(model_inputs(x[None], self.categories)[0])
+
+    def at(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``φ(x)`` (M,) and ``∂φ/∂x`` (M, D) at one point x (D,) of the box, checked as by
+        :func:`as_points`: the values of ``self(x[None])[0]`` and ``self.jacobian(x)`` exactly
+        (the same operations), with the kernel input ``z(x)`` computed once. One L-BFGS-B step
+        of the acquisition's refinement costs one call."""
+        Z = model_inputs(as_points(np.reshape(x, (1, -1)), self.dim, "x"), self.categories)
+        return self._features(Z)[0], self._jacobian(Z[0])
+
+    @functools.cached_property
+    def _input_spectral(self) -> np.ndarray:
+        """``∂(s_jᵀz(x))/∂x`` (M, D): the frequencies of each coordinate's own input, zero for a
+        categorical coordinate (the identity maps z to x on the other coordinates)."""
+        if self.categories is None:
+            return self.spectral
+        spectral = np.zeros((self.n_features, self.dim))
+        start = 0
+        for j, n in enumerate(self.categories):
+            if n is None:
+                spectral[:, j] = self.spectral[:, start]
+            start += 1 if n is None else n
+        spectral.setflags(write=False)
+        return spectral
+
+    def _jacobian(self, z: np.ndarray) -> np.ndarray:
+        """``∂φ/∂x`` (M, D) at the point whose kernel input is z (:func:`input_dim`,)."""
         arg = self.spectral @ z + self.phase
         cos, sin = np.cos(arg), np.sin(arg)
-        spectral = self.spectral  # ∂z/∂x: the identity on the columns of the other coordinates
-        if self.categories is not None:
-            spectral = np.zeros((self.n_features, self.dim))
-            start = 0
-            for j, n in enumerate(self.categories):
-                if n is None:
-                    spectral[:, j] = self.spectral[:, start]
-                start += 1 if n is None else n
-        d_cos = -sin[:, None] * spectral  # ∂cos(s_jᵀz(x) + b_j)/∂x, (M, D)
+        d_cos = -sin[:, None] * self._input_spectral  # ∂cos(s_jᵀz(x) + b_j)/∂x, (M, D)
         if not self.normalize:
             return math.sqrt(2.0 * self.signal_variance / self.n_features) * d_cos
-        norm = float(np.linalg.norm(cos))
+        norm = math.sqrt(cos.dot(cos))  # ‖u‖, as numpy.linalg.norm computes it
         # φ = σ0 u/‖u‖ with u = cos(·): ∂φ = σ0 (I/‖u‖ − u uᵀ/‖u‖³) ∂u
         return math.sqrt(self.signal_variance) * (
-            d_cos / norm - np.outer(cos, cos @ d_cos) / norm**3
+            d_cos / norm - cos[:, None] * (cos @ d_cos) / norm**3
         )
 
 
@@ -406,8 +428,7 @@ class FeatureFunction:
 
     def value_and_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         """``f(x)`` and ``∇f(x)`` at one point x (D,); piecewise: the gradient of x's piece."""
-        point = as_points(np.reshape(x, (1, -1)), self.dim, "x")
-        w = self._rows(point)
+        phi, jacobian = self.features.at(x)
+        w = self._rows(np.reshape(np.asarray(x, dtype=float), (1, -1)))
         w = w if w.ndim == 1 else w[0]
-        value = float(self.features(point)[0] @ w)
-        return value, self.features.jacobian(point[0]).T @ w
+        return float(phi @ w), jacobian.T @ w

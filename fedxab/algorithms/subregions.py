@@ -61,10 +61,13 @@ class SubRegions:
     def region_of(self, X: np.ndarray) -> np.ndarray:
         """The region index i[x] in [0, P) of each row of X (n, D), points of ``[0, 1]^D``
         (clipped there first, as the release does)."""
-        X = np.clip(np.asarray(X, dtype=float), 0.0, 1.0)
+        X = np.asarray(X, dtype=float)
         index = np.zeros(X.shape[0], dtype=np.int64)
         for d, k in enumerate(self.factors):
-            slot = np.minimum((X[:, d] * k).astype(np.int64), k - 1)  # [j/k, (j+1)/k), last closed
+            if k == 1:
+                continue  # one slice: every point's slot is 0
+            x = np.clip(X[:, d], 0.0, 1.0)
+            slot = np.minimum((x * k).astype(np.int64), k - 1)  # [j/k, (j+1)/k), last closed
             index = index * k + slot
         return index
 

@@ -91,6 +91,37 @@ def test_jacobian_matches_finite_differences(normalize):
     np.testing.assert_allclose(feats.jacobian(x), numeric, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("categories", [None, (None, 3, None)])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_one_point_path_gives_the_batch_values_bit_for_bit(categories, normalize):
+    """``at`` and ``value_and_grad`` (one call per L-BFGS-B step) give exactly the values of the
+    batch map and of ``jacobian``, which follows the formula's order of operations
+    (σ0 (∂u/‖u‖ − u (uᵀ∂u)/‖u‖³), ‖u‖ as numpy.linalg.norm): a change of arithmetic there would
+    move FTS-DE's queries, and fails here, not only the seeded reproductions."""
+    feats = RandomFeatures.from_seed(
+        3, 40, 0.2, seed=5, normalize=normalize, categories=categories, signal_variance=0.7
+    )
+    w = np.random.default_rng(6).standard_normal((2, 40))
+    g = FeatureFunction(feats, w, region_of=lambda X: (X[:, 0] >= 0.5).astype(int))
+    for x in np.random.default_rng(7).uniform(size=(20, 3)):
+        phi, jac = feats.at(x)
+        np.testing.assert_array_equal(phi, feats(x[None])[0])
+        np.testing.assert_array_equal(jac, feats.jacobian(x))
+        if categories is None:
+            arg = feats.spectral @ x + feats.phase
+            u, d_u = np.cos(arg), -np.sin(arg)[:, None] * feats.spectral
+            if normalize:
+                norm = float(np.linalg.norm(u))
+                reference = np.sqrt(0.7) * (d_u / norm - np.outer(u, u @ d_u) / norm**3)
+            else:
+                reference = np.sqrt(2 * 0.7 / 40) * d_u
+            np.testing.assert_array_equal(jac, reference)
+        value, grad = g.value_and_grad(x)
+        piece = w[int(x[0] >= 0.5)]
+        assert value == float(feats(x[None])[0] @ piece)
+        np.testing.assert_array_equal(grad, feats.jacobian(x).T @ piece)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
