@@ -145,7 +145,7 @@ def federate(
     ``resume``: the results of an earlier call of the same job with a smaller ``budget``: each
     of its runs continues to ``budget`` (as ``study.optimize`` called again does), its
     evaluations answered from its trials, not made again (:mod:`fedxab.run.continuation`:
-    which algorithms continue, and how). In process only."""
+    which algorithms continue, and how). In process (``memory://`` too), not on Kafka yet."""
     config = make_config(
         domain,
         clients=_clients_of(objectives, clients),
@@ -164,11 +164,10 @@ def federate(
     )
     if resume is None:
         return run_job(config, functions=objectives)
-    from fedxab.run.continuation import check_in_process, continuations_from_results
+    from fedxab.run.continuation import continuations_from_results, in_process
 
     config, continuations = continuations_from_results(resume, config)
-    check_in_process(config)
-    return run_job(config, functions=objectives, continuations=continuations)
+    return run_job(in_process(config), functions=objectives, continuations=continuations)
 
 
 def run_job(config: Config, *, functions: Functions | None = None, **options: Any) -> RunResults:
@@ -188,9 +187,9 @@ def run_job(config: Config, *, functions: Functions | None = None, **options: An
         options.pop("hosts", None)
         return run_federated_config(config, functions=functions, **options)
     if options.pop("continuations", None):
-        from fedxab.run.continuation import check_in_process
+        from fedxab.run.continuation import in_process
 
-        check_in_process(config)
+        in_process(config)  # (refuses a broker: a continued run runs in process)
 
     def broker() -> Broker:
         made = make_broker(url, settings)

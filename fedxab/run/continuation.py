@@ -23,7 +23,8 @@ on from where it stopped. What it keeps of the finished run:
 
 Which algorithms continue exactly (:data:`CONTINUES`): those whose decisions depend on the
 budget only where it ends the run (the last, truncated phase, whose pulls are a prefix of the
-full phase's), and through a horizon parameter that the continued run keeps. Fed-PNE and
+full phase's), or also through a horizon parameter that the continued run keeps. FTS-DE and
+the TS baseline (BO iteration t's schedules depend on t, not on T) continue as they are. Fed-PNE and
 DP-Fed-PNE set ``L = log(c1 T / delta)`` from ``[algorithm] horizon`` (default: the budget), so
 a run of budget 2,000 continued to 5,000 equals a run of budget 5,000 with ``horizon = 2000``
 (the documented difference from a fresh 5,000 run, whose L is larger); a run started with
@@ -53,17 +54,24 @@ __all__ = [
     "REFUSED",
     "Continuation",
     "check_continuable",
-    "check_in_process",
     "continuations_from_results",
     "continue_job",
     "continued_config",
+    "in_process",
 ]
 
 HORIZON = "horizon"
 """The ``[algorithm]`` parameter holding the T an algorithm's constants are set for."""
 
-CONTINUES: frozenset[str] = frozenset({"fedpne", "dpfedpne"})
-"""The algorithms a finished run of which continues to a larger budget (see the module)."""
+CONTINUES: Mapping[str, str | None] = {
+    "fedpne": HORIZON,
+    "dpfedpne": HORIZON,
+    "ftsde": None,
+    "ts": None,
+}
+"""The algorithms a finished run of which continues to a larger budget, each with the parameter
+that holds its horizon (None: none depends on the budget). The tests check, for each, that the
+evaluations of a run are the first ones of a run with a larger budget (and the same horizon)."""
 
 REFUSED: Mapping[str, str] = {
     "pfpne": "L = log(c1 T / delta) is set from the budget, and each client hands over to PE "
@@ -72,12 +80,12 @@ REFUSED: Mapping[str, str] = {
     "runs HCT with all its remaining budget",
     "parallel": "its default confidence delta = 1/T is set from the budget",
     "fed1ucb": "its pulls per arm (kappa log T) and its widths are set from the budget",
-    "local-hct": "the run is one broadcast of the budget, each client running HCT to it",
-    "central-hct": "continuing it exactly is not verified yet",
-    "ftsde": "continuing it exactly is not verified yet",
-    "dpftsde": "continuing it exactly is not verified yet",
-    "ts": "the run is one broadcast of the budget, each client running to it",
     "fedtpe": "its rounds R = B - I - K are set from the budget B",
+    "local-hct": "the theory preset sets its delta = 1/T from the budget; continuing it is not "
+    "supported yet",
+    "central-hct": "the theory preset sets its delta = 1/T from the budget; continuing it is "
+    "not supported yet",
+    "dpftsde": "continuing its central-DP releases is not supported yet",
 }
 """Why the other federated algorithms do not continue (checked in the tests)."""
 
@@ -155,16 +163,19 @@ def continued_config(
             f"{config.run.budget} does not exceed the {before} evaluations per client of the "
             f"finished run; give --budget N with N > {before} to continue it",
         )
-    horizon = theirs.get("algorithm", {}).get(HORIZON, before)
-    given = ours["algorithm"].get(HORIZON)
-    if given is not None and given != horizon:
-        raise ConfigError(
-            f"algorithm.{HORIZON}",
-            f"{given} differs from the horizon {horizon} of the run to continue (its "
-            f"constants were set for it); leave algorithm.{HORIZON} out or set it to {horizon}",
-        )
     data = config.to_dict()
-    data["algorithm"] = {**ours["algorithm"], HORIZON: horizon}
+    data["algorithm"] = ours["algorithm"]
+    if CONTINUES[name] == HORIZON:
+        horizon = theirs.get("algorithm", {}).get(HORIZON, before)
+        given = ours["algorithm"].get(HORIZON)
+        if given is not None and given != horizon:
+            raise ConfigError(
+                f"algorithm.{HORIZON}",
+                f"{given} differs from the horizon {horizon} of the run to continue (its "
+                f"constants were set for it); leave algorithm.{HORIZON} out or set it to "
+                f"{horizon}",
+            )
+        data["algorithm"] = {**ours["algorithm"], HORIZON: horizon}
     from fedxab.config import config_from_dict
 
     return config_from_dict(data)
@@ -206,16 +217,21 @@ def _trials(run: RunRecord) -> dict[int, Sequence[TrialRecord]]:
     return {m: tuple(o.trials or ()) for m, o in enumerate(run.clients)}
 
 
-def check_in_process(config: Config) -> None:
-    """A ConfigError naming ``broker.url`` unless ``config`` runs in process: a continued run
-    runs there only, for now."""
+def in_process(config: Config) -> Config:
+    """``config`` on ``inprocess://``, where a continued run runs (for now): from the embedded
+    broker ``memory://``, whose parties are all in this process too, with the same results
+    (identical on every transport); a ConfigError naming ``broker.url`` for Kafka, whose
+    parties are elsewhere."""
     url = None if config.broker is None else config.broker.url
-    if url is None or not url.startswith("inprocess://"):
-        raise ConfigError(
-            "broker.url",
-            f"a finished run continues in process only (for now), not on {url!r}; add "
-            "--broker inprocess:// (the results are the same on every transport)",
-        )
+    if url is not None and url.startswith("inprocess://"):
+        return config
+    if url is not None and url.startswith("memory://"):
+        return config.with_broker_url("inprocess://")
+    raise ConfigError(
+        "broker.url",
+        f"a finished run continues in process only (for now), not on {url!r}: fedxab server "
+        "and fedxab client do not continue runs yet; use --broker inprocess://",
+    )
 
 
 def continue_job(
@@ -224,7 +240,7 @@ def continue_job(
     """``fedxab run --resume --budget N``: the job's config with the finished runs' algorithm
     and horizon pinned (:func:`continued_config`), its finished runs (of that config) and, by
     seed, the continuation of each finished run of a smaller budget in ``DIR/runs`` (as is,
-    with none to continue)."""
+    with none to continue). The continued runs run in process (:func:`in_process`)."""
     if not finished.resume:
         return config, finished, {}
     if not finished.on_disk() and not (config.output_dir / "checkpoints").exists():
@@ -255,7 +271,7 @@ def continue_job(
             "a run of a user's objective continues from its trials, which fedxab run keeps "
             "only as CSV: continue it with fedxab.federate(..., resume=results)",
         )
-    check_in_process(pinned)
+    pinned = in_process(pinned)
     continuations = {
         seed: Continuation(_run_id(run), budgets[0]) for seed, (_, run) in previous.items()
     }

@@ -12,8 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 import fedxab
+from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import FEDERATED
 from fedxab.cli import app
+from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError, EvaluationError
 from fedxab.privacy.ledger import PrivacyLedger
 from fedxab.run.continuation import CONTINUES, REFUSED
@@ -109,7 +111,7 @@ def test_a_replayed_point_that_is_not_the_recorded_one_stops_the_run():
         ({"params": {"rho": 0.7}}, "algorithm.rho"),
         ({"params": {"horizon": 3_000}}, "algorithm.horizon"),
         ({"algorithm": "fed1ucb"}, "algorithm.name"),
-        ({"broker": "memory://"}, "broker.url"),
+        ({"broker": "kafka://127.0.0.1:9"}, "broker.url"),
     ],
 )
 def test_a_continuation_that_does_not_fit_is_refused_naming_the_field(change, field):
@@ -127,8 +129,68 @@ def test_a_continuation_that_does_not_fit_is_refused_naming_the_field(change, fi
 
 
 def test_every_federated_algorithm_continues_or_says_why_not():
-    assert CONTINUES | set(REFUSED) == set(FEDERATED)
-    assert not CONTINUES & set(REFUSED)
+    assert set(CONTINUES) | set(REFUSED) == set(FEDERATED)
+    assert not set(CONTINUES) & set(REFUSED)
+
+
+def _points(name: str, budget: int, seed: int, params: dict) -> list[np.ndarray]:
+    """Each client's evaluated points, in order, in run ``seed`` of ``name`` on Garland."""
+    config = config_from_dict(
+        {
+            "run": {"budget": budget},
+            "objective": {"name": "garland"},
+            "algorithm": {"name": name, **params},
+            "federation": {"clients": 3},
+            "broker": {"url": "inprocess://"},
+        }
+    )
+    federation = Federation(config, seed, keep_points=True)
+    federation.run()
+    return [np.concatenate(p) for p in federation.points]
+
+
+PRIVATE = {"epsilon": 0.5, "privacy_delta": 1e-5}
+PREFIX_CASES = {  # algorithm: (smaller budget, larger budget, parameters)
+    "fedpne": (300, 700, {"horizon": 300}),
+    "dpfedpne": (300, 700, {"horizon": 300, **PRIVATE}),
+    "ftsde": (14, 20, {}),
+    "ts": (14, 20, {}),
+}
+NOT_PREFIX_CASES = {  # algorithms refused because the budget sets their schedule
+    "fed1ucb": (300, 700),
+    "pfpne": (300, 700),
+    "parallel": (300, 700),
+    "fedtpe": (40, 60),
+    "pfhct": (200, 500),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in ("ftsde", "ts") else name
+        for name in sorted(CONTINUES)
+    ],
+)
+def test_an_algorithm_that_continues_evaluates_first_what_the_smaller_run_did(name):
+    """What a continuation relies on: the replayed evaluations are the longer run's first."""
+    small, large, params = PREFIX_CASES[name]
+    for seed in (0, 1):
+        shorter = _points(name, small, seed, params)
+        longer = _points(name, large, seed, params)
+        assert [len(p) for p in shorter] == [small] * 3
+        for a, b in zip(shorter, longer, strict=True):
+            np.testing.assert_array_equal(a, b[: len(a)])
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PREFIX_CASES))
+def test_an_algorithm_refused_for_its_budget_schedule_evaluates_otherwise(name):
+    """The refusals are not just caution: with a larger budget these evaluate other points
+    before the smaller run's end."""
+    small, large = NOT_PREFIX_CASES[name]
+    shorter, longer = _points(name, small, 0, {}), _points(name, large, 0, {})
+    assert any(not np.array_equal(a, b[: len(a)]) for a, b in zip(shorter, longer, strict=True))
+    assert "budget" in REFUSED[name]
 
 
 # ------------------------------------------------------------------------------ fedxab run
@@ -187,8 +249,9 @@ def _runs(out: Path) -> list[dict]:
 def test_fedxab_run_resume_budget_continues_a_fedpne_run(tmp_path):
     job = _job(tmp_path)
     out = tmp_path / "out"
-    _run(job, "-o", out, "-q")
-    text = _run(job, "-o", out, "--resume", "--budget", "5000")
+    _run(job, "-o", out, "-q", "--broker", "memory://")
+    # the embedded broker's run continues in process (the same results on every transport)
+    text = _run(job, "-o", out, "--resume", "--budget", "5000", "--broker", "memory://")
     assert "continuing: seed(s) 0 from budget 2,000" in text
     (tmp_path / "h").mkdir()
     pinned = _job(tmp_path / "h", params="horizon = 2000")
@@ -242,7 +305,10 @@ def test_a_continued_dpfedpne_run_charges_its_ledger_as_the_longer_run(tmp_path)
     ("args", "expected"),
     [
         (["--budget", "1000"], "run.budget: 1000 does not exceed the 2000 evaluations"),
-        (["--budget", "5000", "--broker", "memory://"], "broker.url: a finished run continues"),
+        (
+            ["--budget", "5000", "--broker", "kafka://127.0.0.1:9"],
+            "broker.url: a finished run continues in process only",
+        ),
     ],
 )
 def test_fedxab_run_refuses_a_continuation_in_one_line(tmp_path, args, expected):
