@@ -39,7 +39,7 @@ import numpy as np
 
 from fedxab.private_files import write_atomically
 
-__all__ = ["TrialLog", "TrialRecord", "trials_table", "write_trials_csv"]
+__all__ = ["TrialLog", "TrialRecord", "read_trials_csv", "trials_table", "write_trials_csv"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +101,13 @@ class TrialLog:
         (saying both) if that trial was made with other parameters."""
         trial = self._recorded.popleft()
         given = _params(params)
-        if given != dict(trial.params):
+        if _as_text(given) != _as_text(trial.params):
             self._recorded.clear()
             raise ValueError(
                 f"it evaluates {given} as its trial {trial.number}, where the run it continues "
                 f"evaluated {dict(trial.params)}"
             )
-        self._append(trial.params, trial.value, trial.wall_s)
+        self._append(given, trial.value, trial.wall_s)
         return trial
 
     def add(self, params: Any, value: Any, wall_s: float) -> None:
@@ -135,6 +135,12 @@ class TrialLog:
                 self.add(p, v, wall_s / len(params))
 
 
+def _as_text(params: Mapping[str, Any]) -> dict[str, str]:
+    """Parameters as a CSV file writes them (``str`` of each value: exact for a float), so that
+    trials read back from one (:func:`read_trials_csv`) compare with the parameters given."""
+    return {str(k): str(v) for k, v in params.items()}
+
+
 def trials_table(trials: Iterable[TrialRecord], client: int | None = None) -> list[dict[str, Any]]:
     """The trials as rows (one dict per trial: ``client`` if given, ``number``, the
     parameters, ``value``, ``wall_s``): ``pandas.DataFrame(trials_table(...))``."""
@@ -159,3 +165,20 @@ def write_trials_csv(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Pat
     target = Path(path)
     write_atomically(target, text.getvalue().encode("utf-8"))
     return target
+
+
+def read_trials_csv(path: str | Path) -> list[TrialRecord]:
+    """The trials of a file :func:`write_trials_csv` wrote (one client's), parameters as their
+    text (what :meth:`TrialLog.next_recorded` compares); ValueError naming the file and the
+    row if it is not such a file."""
+    target = Path(path)
+    rows = list(csv.DictReader(io.StringIO(target.read_text(encoding="utf-8"), newline="")))
+    trials = []
+    for i, row in enumerate(rows):
+        try:
+            row.pop("client", None)  # (the column trials_table adds for the client's id)
+            number, value, wall_s = int(row.pop("number")), row.pop("value"), row.pop("wall_s")
+            trials.append(TrialRecord(number, dict(row), float(value), float(wall_s)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{target}: row {i + 1} is not a trial ({exc})") from None
+    return trials

@@ -16,9 +16,10 @@ on from where it stopped. What it keeps of the finished run:
   recorded (:meth:`~fedxab.privacy.gate.LedgerGate.admit`); the same data owners are charged for
   the new phases, and the ledger ends as the longer run's ledger;
 - its **evaluations**: a user's objective is not called again for them, its trials answer
-  (:meth:`~fedxab.objectives.history.TrialLog.replay`; a point that is not the recorded one
-  stops the run, naming both); a built-in (simulated) objective recomputes them from the seed,
-  the same values, with nothing to store;
+  (:meth:`~fedxab.objectives.history.TrialLog.replay`: from the results in memory, or from the
+  ``trials-seed{seed}-client{m}.csv`` files ``fedxab run`` writes beside ``results.json``; a
+  point that is not the recorded one stops the run, naming both); a built-in (simulated)
+  objective recomputes them from the seed, the same values, with nothing to store;
 - the **horizon** its algorithm's constants were set for (:data:`HORIZON`).
 
 Which algorithms continue exactly (:data:`CONTINUES`): those whose decisions depend on the
@@ -264,15 +265,35 @@ def continue_job(
         )
     experiment, record = next(iter(previous.values()))
     ran = record.run_id.rsplit("-", 2)[0] if record.run_id else None
-    pinned = continued_config(config, experiment, ran)
-    if pinned.objective.is_user:
-        raise ConfigError(
-            "objective.function",
-            "a run of a user's objective continues from its trials, which fedxab run keeps "
-            "only as CSV: continue it with fedxab.federate(..., resume=results)",
-        )
-    pinned = in_process(pinned)
+    pinned = in_process(continued_config(config, experiment, ran))
     continuations = {
-        seed: Continuation(_run_id(run), budgets[0]) for seed, (_, run) in previous.items()
+        seed: Continuation(
+            _run_id(run),
+            budgets[0],
+            _trials_on_disk(pinned, seed) if pinned.objective.is_user else {},
+        )
+        for seed, (_, run) in previous.items()
     }
     return pinned, FinishedRuns(pinned, resume=True), continuations
+
+
+def _trials_on_disk(config: Config, seed: int) -> dict[int, Sequence[TrialRecord]]:
+    """Each client's trials of run ``seed`` of a user's objective, from the CSV files beside
+    ``results.json`` (:data:`~fedxab.results.TRIALS_FILENAME`); a ConfigError naming
+    ``run.output`` where one is missing or unreadable."""
+    from fedxab.objectives.history import read_trials_csv
+    from fedxab.results import TRIALS_FILENAME
+
+    assert config.federation is not None
+    trials: dict[int, Sequence[TrialRecord]] = {}
+    for m in range(config.federation.clients):
+        path = config.output_dir / TRIALS_FILENAME.format(seed=seed, client=m)
+        try:
+            trials[m] = read_trials_csv(path)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                "run.output",
+                f"a user's objective continues from the finished run's trials, and {path} "
+                f"cannot be read ({exc}); give the --output that holds them",
+            ) from None
+    return trials

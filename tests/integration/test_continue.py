@@ -337,3 +337,66 @@ def test_fedxab_run_refuses_to_continue_an_algorithm_that_cannot(tmp_path):
     assert result.exit_code != 0
     text = " ".join(result.output.split())
     assert "run.budget: a finished fed1ucb run cannot be continued" in text
+
+
+SITE_MODULE = """\
+import numpy as np
+
+CALLS = [0]
+
+
+def site(x, client_id):
+    CALLS[0] += 1
+    return float(1.0 - np.sum((x - 0.3 - 0.05 * client_id) ** 2))
+"""
+
+USER_JOB = """\
+[run]
+budget = 300
+
+[objective]
+function = "continuesite:site"
+domain = [[0.0, 1.0], [0.0, 1.0]]
+
+[algorithm]
+name = "fedpne"
+
+[federation]
+clients = 3
+
+[broker]
+url = "inprocess://"
+"""
+
+
+def test_fedxab_run_continues_a_users_function_from_its_trials_csv(tmp_path, monkeypatch):
+    (tmp_path / "continuesite.py").write_text(SITE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import continuesite
+
+    job = tmp_path / "job.toml"
+    job.write_text(USER_JOB)
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    assert continuesite.CALLS[0] == 3 * 300
+    _run(job, "-o", out, "-q", "--resume", "--budget", "700")
+    assert continuesite.CALLS[0] == 3 * 700  # the first 300 per client came from the CSV files
+
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text(USER_JOB.replace('"fedpne"', '"fedpne"\nhorizon = 300'))
+    _run(pinned, "-o", tmp_path / "longer", "-q", "--budget", "700")
+    assert _runs(out) == _runs(tmp_path / "longer")
+    for m in range(3):
+        name = f"trials-seed0-client{m}.csv"
+        ours = [r.split(",")[:-1] for r in (out / name).read_text().splitlines()]
+        theirs = [r.split(",")[:-1] for r in (tmp_path / "longer" / name).read_text().splitlines()]
+        assert ours == theirs and len(ours) == 701  # (the wall times aside)
+
+    (out / "trials-seed0-client2.csv").unlink()
+    result = runner.invoke(
+        app, ["run", str(job), "-o", str(out), "--resume", "--budget", "900", "-q"]
+    )
+    assert result.exit_code != 0
+    assert "run.output: a user's objective continues from the finished run's trials" in " ".join(
+        result.output.split()
+    )
