@@ -365,9 +365,12 @@ def run_federated(
     """Run the configured federated algorithm once with ``seed`` (see :class:`Federation`);
     ``functions``: the clients' own objectives, in place of the config's; ``continuation``:
     the finished run it continues."""
-    return Federation(
+    record = Federation(
         config, seed, metrics=metrics, functions=functions, continuation=continuation
     ).run(progress)
+    if continuation is not None:
+        continuation.check(record)
+    return record
 
 
 def run_federated_config(

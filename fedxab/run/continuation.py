@@ -36,11 +36,12 @@ other algorithm is refused with one line saying why (:data:`REFUSED`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fedxab.errors import ConfigError
+from fedxab.errors import ConfigError, FedxabError
 from fedxab.run.identity import protocol_differences
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ __all__ = [
     "HORIZON",
     "REFUSED",
     "Continuation",
+    "ContinuationError",
     "check_continuable",
     "continuations_from_results",
     "continue_job",
@@ -94,11 +96,44 @@ REFUSED: Mapping[str, str] = {
 @dataclasses.dataclass(frozen=True)
 class Continuation:
     """What a continued run keeps of the finished run ``run_id`` (budget ``budget``): its id,
-    and per client the trials of a user's objective (empty for a simulation)."""
+    per client the trials of a user's objective (empty for a simulation), and its per-phase
+    communication (``phases``, the record's ``communication.per_phase``), which the continued
+    run must repeat (:meth:`check`)."""
 
     run_id: str
     budget: int
     trials: Mapping[int, Sequence[TrialRecord]] = dataclasses.field(default_factory=dict)
+    phases: Sequence[Mapping[str, Any]] = ()
+
+    def check(self, record: RunRecord) -> None:
+        """Raise :class:`ContinuationError` unless the continued run's ``record`` repeats every
+        phase of the finished run but its last (which the budget may have cut short): what
+        shows, for a simulation whose evaluations are recomputed, that it replayed that run."""
+        done = list(self.phases)[:-1]
+        got = list((record.communication or {}).get("per_phase", []))[: len(done)]
+        for before, now in itertools.zip_longest(done, got):
+            if before != now:
+                phase = (before or now or {}).get("phase")
+                raise ContinuationError(
+                    f"run {self.run_id}: phase {phase} of the continued run differs from the "
+                    f"finished run's ({_first_difference(before, now)}): it did not replay that "
+                    "run (another fedxab version?); run it again without --resume"
+                )
+
+
+class ContinuationError(FedxabError, RuntimeError):
+    """A continued run did not repeat the run it continues."""
+
+
+def _first_difference(before: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> str:
+    if before is None or now is None:
+        return "missing in the " + ("finished" if before is None else "continued") + " run"
+    key = next(k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k))
+    return f"{key}: {before.get(key)} before, {now.get(key)} now"
+
+
+def _phases(run: RunRecord) -> tuple[Mapping[str, Any], ...]:
+    return tuple((run.communication or {}).get("per_phase", ()))
 
 
 def check_continuable(name: str) -> None:
@@ -194,7 +229,7 @@ def continuations_from_results(
     continuations = {}
     for run in previous.runs:
         continuations[run.seed] = Continuation(
-            _run_id(run), before, _trials(run) if config.objective.is_user else {}
+            _run_id(run), before, _trials(run) if config.objective.is_user else {}, _phases(run)
         )
     return pinned, continuations
 
@@ -271,6 +306,7 @@ def continue_job(
             _run_id(run),
             budgets[0],
             _trials_on_disk(pinned, seed) if pinned.objective.is_user else {},
+            _phases(run),
         )
         for seed, (_, run) in previous.items()
     }

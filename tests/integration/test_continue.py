@@ -400,3 +400,18 @@ def test_fedxab_run_continues_a_users_function_from_its_trials_csv(tmp_path, mon
     assert "run.output: a user's objective continues from the finished run's trials" in " ".join(
         result.output.split()
     )
+
+
+def test_a_continuation_that_does_not_repeat_the_finished_runs_phases_is_refused(tmp_path):
+    job = _job(tmp_path)
+    out = tmp_path / "out"
+    _run(job, "-o", out, "-q")
+    kept = out / "runs" / "seed-0.json"
+    data = json.loads(kept.read_text())
+    assert len(data["run"]["communication"]["per_phase"]) > 2
+    data["run"]["communication"]["per_phase"][1]["bytes_up"] += 1  # as another version might
+    kept.write_text(json.dumps(data))
+    result = runner.invoke(app, ["run", str(job), "-o", str(out), "--resume", "--budget", "5000"])
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert "phase 2 of the continued run differs from the finished run's (bytes_up:" in text
