@@ -29,7 +29,6 @@ LONGEST_FILES = (
     "docs/test_api_reference.py",
     "reliability/test_fuzz_messages.py",
     "integration/test_faults.py",
-    "integration/test_private_run_ledgers.py",
     "unit/test_ledger.py",
     "integration/test_ledger_attacks.py",
     "reliability/test_fuzz_live.py",

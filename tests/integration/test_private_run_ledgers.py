@@ -152,7 +152,7 @@ Two processes doing every trial's run spare the test 38 interpreter start-ups an
 new processes would."""
 
 
-@pytest.mark.slow  # 40 private runs in 2 processes: about 25 s on 2 quiet cores
+@pytest.mark.slow  # 40 private runs in 2 processes: about 14 CPU-seconds
 def test_twenty_pairs_of_runs_started_together_never_overspend_a_lifetime_budget(tmp_path):
     """Issue 36: 20 trials, each two ``fedxab run`` executions in two processes started together
     on one new ledger whose lifetime budget fits k = 2 releases per data owner, where one run
