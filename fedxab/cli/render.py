@@ -311,7 +311,7 @@ def print_results(console: Console, results, cfg, path: Path, *, quiet: bool, se
         for table in tables:
             if table is not None:
                 console.print(table)
-    console.print(run_ids(cfg), soft_wrap=True, markup=False)
+    console.print(run_ids(cfg, results), soft_wrap=True, markup=False)
     console.print(f"results: {path}", soft_wrap=True, markup=False)
     print_ledger(console, results, cfg if server else None)
 
@@ -352,9 +352,14 @@ def print_finished_seeds(
     console.print(text, soft_wrap=True, markup=False)
 
 
-def run_ids(cfg) -> str:
-    """``run id(s) ...``: what a server and its clients share (:mod:`fedxab.run.identity`)."""
+def run_ids(cfg, results=None) -> str:
+    """``run id(s) ...``: what a server and its clients share (:mod:`fedxab.run.identity`);
+    with ``results``, the ids its runs carry (a continued run keeps the id of the run it
+    continues, :mod:`fedxab.run.continuation`)."""
     from fedxab.run.identity import run_id_for
 
-    ids = [run_id_for(cfg, seed) for seed in cfg.run.seeds]
+    if results is not None:
+        ids = [run.run_id or run_id_for(cfg, run.seed) for run in results.runs]
+    else:
+        ids = [run_id_for(cfg, seed) for seed in cfg.run.seeds]
     return f"run id{'s' if len(ids) > 1 else ''} {', '.join(ids)}"

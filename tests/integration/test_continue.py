@@ -253,6 +253,8 @@ def test_fedxab_run_resume_budget_continues_a_fedpne_run(tmp_path):
     # the embedded broker's run continues in process (the same results on every transport)
     text = _run(job, "-o", out, "--resume", "--budget", "5000", "--broker", "memory://")
     assert "continuing: seed(s) 0 from budget 2,000" in text
+    first_id = json.loads((out / "runs" / "seed-0.json").read_text())["run"]["run_id"]
+    assert f"run id {first_id}" in text  # the id the continued run keeps
     (tmp_path / "h").mkdir()
     pinned = _job(tmp_path / "h", params="horizon = 2000")
     _run(pinned, "-o", tmp_path / "longer", "-q", "--budget", "5000")
