@@ -234,8 +234,9 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
         topic = run_topics("fedxab", run_id)["report"]
         first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
-        await _until(lambda: server.counts["report_accepted"] == 5)  # phase 1 waits for client 5
-        bad = _bad_reports(config, run_id, server.phase, server.session)
+        # phase 1 waits for client 5
+        await _until(lambda: server.party.counts["report_accepted"] == 5)
+        bad = _bad_reports(config, run_id, server.phase, server.party.signing_session)
         for key, value, _ in bad:
             await broker.publish(topic, key, value)
         last = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5])
@@ -248,8 +249,8 @@ def test_bad_reports_are_rejected_counted_and_change_nothing():
     for _, _, outcome in bad:
         expected[outcome] += 1
     assert expected == {"invalid": 10, "late": 1}
-    assert server.counts["report_invalid"] == expected["invalid"]
-    assert server.counts["report_late"] == expected["late"]
+    assert server.party.counts["report_invalid"] == expected["invalid"]
+    assert server.party.counts["report_late"] == expected["late"]
     assert _without_time(record) == _in_process(config)
 
 
@@ -314,7 +315,7 @@ def test_lost_broadcasts_and_reports_are_recovered_by_rebroadcasting_a_stalled_p
 
     record, server = asyncio.run(main())
     assert broker.injected["dropped"] > 0
-    assert server.counts["broadcast_repeated"] > 0
+    assert server.party.counts["broadcast_repeated"] > 0
     assert _without_time(record) == _in_process(config)
 
 
@@ -388,8 +389,8 @@ def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
         return record, server
 
     record, server = asyncio.run(main())
-    assert broker.lost == 1 and server.counts["broadcast_repeated"] >= 1
-    assert server.left == set(range(6))
+    assert broker.lost == 1 and server.party.counts["broadcast_repeated"] >= 1
+    assert server.party.left == set(range(6))
     got, expected = _without_time(record), _in_process(config)
     if algorithm == "dpfedpne":  # local DP: the clients' outcomes and regret stay with them
         got, expected = served_under_local_dp(got, expected)

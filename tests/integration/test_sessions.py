@@ -110,7 +110,7 @@ def test_replayed_and_forged_broadcasts_of_other_executions_change_nothing(confi
         # (resume: the forged records on its topic do not make the server refuse to start)
         server = ServerAgent(config, SEED, broker, run_id=run_id, resume=True)
         tasks.append(asyncio.create_task(server.run()))
-        await _until(lambda: server.counts["report_accepted"] == 5)  # phase 1 waits for 5
+        await _until(lambda: server.party.counts["report_accepted"] == 5)  # phase 1 waits for 5
         for value in earlier:  # the earlier execution's next phases and final answer
             await broker.publish(topic, None, value)
         await _until(lambda: first.counts["broadcast_invalid"] >= 3 + len(earlier))
@@ -125,7 +125,7 @@ def test_replayed_and_forged_broadcasts_of_other_executions_change_nothing(confi
     assert _without_time(record) == _without_time(Federation(config, SEED).run())
     assert np.array_equal(finished.recommendation, record.recommendation)
     for agent in (first, last):
-        assert agent.session == server.session
+        assert agent.session == server.party.signing_session
         assert agent.counts["broadcast_invalid"] >= 3 + len(earlier)
 
 
@@ -179,10 +179,10 @@ def test_a_server_keeps_its_session_from_before_its_first_phase_closes(tmp_path)
         broker = MemoryBroker()
         server = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=path)
         task = asyncio.create_task(server.run())
-        await _until(lambda: server.counts["broadcast_repeated"] > 0)  # phase 1 is open
+        await _until(lambda: server.party.counts["broadcast_repeated"] > 0)  # phase 1 is open
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        return server.session
+        return server.party.signing_session
 
     session = asyncio.run(first_phase_only())
     checkpoint = ServerCheckpoint(path, run_id)
@@ -209,7 +209,7 @@ def test_a_client_welcomed_after_the_abort_takes_it_and_every_process_stops():
         )
         tasks = [asyncio.create_task(a.run()) for a in (server, early)]
         topic = run_topics("fedxab", run_id)["broadcast"]
-        await _until(lambda: server.failure is not None and _published(broker, topic) >= 2)
+        await _until(lambda: server.party.failure is not None and _published(broker, topic) >= 2)
         late = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[5], functions=objective)
         tasks.append(asyncio.create_task(late.run()))
         async with asyncio.timeout(20):
@@ -221,4 +221,4 @@ def test_a_client_welcomed_after_the_abort_takes_it_and_every_process_stops():
     assert isinstance(failed, EvaluationError) and "client 4" in str(failed)
     assert isinstance(late, FedxabError) and "the server stopped the run" in str(late)
     assert line in str(late)
-    assert server.stopped == set(range(CLIENTS))
+    assert server.party.stopped == set(range(CLIENTS))

@@ -187,8 +187,9 @@ def test_forged_reports_are_rejected_counted_and_change_nothing(keys):
         server = ServerAgent(config, SEED, broker, run_id=run_id, metrics=metrics)
         first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
-        await _until(lambda: server.counts["report_accepted"] == 5, "5 reports")  # waits for 5
-        forged = _forged_reports(keys, run_id, server.phase, server.session)
+        counts = server.party.counts
+        await _until(lambda: counts["report_accepted"] == 5, "5 reports")  # waits for 5
+        forged = _forged_reports(keys, run_id, server.phase, server.party.signing_session)
         topics = run_topics("fedxab", run_id)
         for _, value in forged:
             await broker.publish(topics["report"], "0", value)
@@ -212,8 +213,9 @@ def test_forged_reports_are_rejected_counted_and_change_nothing(keys):
     for reason, _ in forged:
         for topic in ("report", "control"):
             expected[topic, reason] = expected.get((topic, reason), 0) + 1
-    assert dict(server.rejected) == expected
-    assert server.counts["report_invalid"] == server.counts["control_invalid"] == len(forged)
+    assert dict(server.party.rejected) == expected
+    counts = server.party.counts
+    assert counts["report_invalid"] == counts["control_invalid"] == len(forged)
     exposition = generate_latest(metrics.registry).decode()
     for (topic, reason), n in expected.items():
         line = f'fedxab_messages_rejected_total{{reason="{reason}",topic="{topic}"}} {n}.0'
@@ -236,12 +238,12 @@ def test_ed25519_forgeries_with_the_servers_key_material_are_rejected(pairs):
         server = ServerAgent(config, SEED, broker, run_id=run_id)
         first = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[0, 1, 2, 3, 4])
         tasks = [asyncio.create_task(server.run()), asyncio.create_task(first.run())]
-        await _until(lambda: server.counts["report_accepted"] == 5, "5 reports")
+        await _until(lambda: server.party.counts["report_accepted"] == 5, "5 reports")
         topics = run_topics("fedxab", run_id)
         server_key = load_private_key(pairs / "private" / "server.key", SERVER)
         report = _report(run_id, server.phase).encode()
         for key in (server_key, PrivateKey.generate("client-0")):
-            forged = Ed25519Signer({0: key}, {}, 6).seal(report, 0, server.session)
+            forged = Ed25519Signer({0: key}, {}, 6).seal(report, 0, server.party.signing_session)
             await broker.publish(topics["report"], "0", forged)
         client_key = load_private_key(pairs / "private" / "client-0.key", "client-0")
         broadcast = Envelope(run_id, "broadcast", server.phase, SERVER, "b", b"").encode()
@@ -253,8 +255,8 @@ def test_ed25519_forgeries_with_the_servers_key_material_are_rejected(pairs):
         return record, server, first, last
 
     record, server, first, last = asyncio.run(main())
-    assert dict(server.rejected) == {("report", "bad_signature"): 2}
-    assert server.bad_signatures == {0: 2}
+    assert dict(server.party.rejected) == {("report", "bad_signature"): 2}
+    assert server.party.bad_signatures == {0: 2}
     assert first.counts["broadcast_invalid"] == last.counts["broadcast_invalid"] == 1
     assert _without_time(record) == _without_time(clean)
 
@@ -308,20 +310,21 @@ def test_replayed_reports_of_an_earlier_phase_or_execution_are_refused(keys):
                                             client_ids=[5]).run()),
         ]  # fmt: skip
         await asyncio.wait_for(broker.held.wait(), 20)
-        await _until(lambda: server.counts["report_accepted"] == 6 + 5, "phase 2 but client 5")
+        counts = server.party.counts
+        await _until(lambda: counts["report_accepted"] == 6 + 5, "phase 2 but client 5")
         assert server.run_session.phase == 2
         this = await _reports(broker, topic)
         await broker.publish(topic, "0", this["client-0", 1])  # phase p-1, this execution
         replay = earlier["client-5", 2]  # the awaited report, from the earlier execution
         await MemoryBroker.publish(broker, topic, "5", replay)  # (not held)
-        await _until(lambda: sum(server.rejected.values()) == 2, "the two replays refused")
-        assert server.counts["report_accepted"] == 11
+        await _until(lambda: sum(server.party.rejected.values()) == 2, "the two replays refused")
+        assert server.party.counts["report_accepted"] == 11
         broker.release.set()
         record, *_ = await asyncio.gather(*tasks)
         return record, server
 
     record, server = asyncio.run(main())
-    assert dict(server.rejected) == {("report", "late"): 1, ("report", "replay"): 1}
+    assert dict(server.party.rejected) == {("report", "late"): 1, ("report", "replay"): 1}
     assert _without_time(record) == _without_time(clean)
 
 

@@ -86,7 +86,7 @@ def record_run(keys_dir: str | None) -> Recorded:
     broker = RecordingBroker()
     run_id = run_id_for(config, SEED)
     _, server, _ = asyncio.run(run_agents(config, broker))
-    session = server.session
+    session = server.party.signing_session
     keys = {}
     if keys_dir is not None:
         keys = {m: load_key(f"{keys_dir}/client-{m}.key") for m in range(CLIENTS)}

@@ -134,8 +134,8 @@ def _live_server(recorded: Recorded) -> ServerAgent:
     """A server agent of the recorded run with phase 1 open, in the recorded session."""
     config = recorded.config
     server = ServerAgent(config, SEED, MemoryBroker(), run_id=run_id_for(config, SEED))
-    server.session = recorded.session
-    server._replay()
+    server.party.signing_session = recorded.session
+    server.party.replay([])
     return server
 
 
@@ -145,9 +145,9 @@ def _server_state(server: ServerAgent) -> tuple:
         run.phase,
         sorted(run.accepted),
         repr(server.server.reported),
-        sorted(server.joined),
-        sorted(server.left),
-        sorted(server.last_seen),
+        sorted(server.party.joined),
+        sorted(server.party.left),
+        sorted(server.party.last_seen),
         repr({m: o.to_dict() for m, o in run.outcomes.items()}),
         server.sums.used.tolist(),
         dict(run.sums.evaluations_by_phase),
@@ -157,22 +157,22 @@ def _server_state(server: ServerAgent) -> tuple:
 @pytest.mark.parametrize("kind", ["report", "control"])
 def test_a_live_server_turns_every_confused_record_into_one_counted_outcome(recorded, kind):
     server = _live_server(recorded)
-    handle = server.on_report if kind == "report" else server.on_control
+    handle = server.party.on_report if kind == "report" else server.party.on_control
 
     @FUZZ
     @given(confused_record(recorded, kind))
     def check(sample):
         record, _ = sample
-        before, state = dict(server.counts), _server_state(server)
+        before, state = dict(server.party.counts), _server_state(server)
         handle(record)  # must not raise
-        grew = {k for k, n in server.counts.items() if n != before.get(k, 0)}
-        assert len(grew) == 1 and server.counts[next(iter(grew))] == before.get(*grew, 0) + 1
+        grew = {k for k, n in server.party.counts.items() if n != before.get(k, 0)}
+        assert len(grew) == 1 and server.party.counts[next(iter(grew))] == before.get(*grew, 0) + 1
         (outcome,) = grew
         if outcome.endswith(("_invalid", "_late")):  # rejected: nothing changed
             assert _server_state(server) == state, outcome
 
     check()
-    rejected = sum(n for k, n in server.counts.items() if k.endswith("_invalid"))
+    rejected = sum(n for k, n in server.party.counts.items() if k.endswith("_invalid"))
     assert rejected > EXAMPLES // 4  # the confusions reached the rejection paths
 
 

@@ -211,11 +211,11 @@ def test_running_agents_take_confused_copies_of_every_record_and_nothing_changes
     assert sum(injected.values()) >= LEAST_PER_MODE
     # the copies reached the rejection paths of every reader
     read = {
-        where: sum(n for (w, _), n in server.rejected.items() if w == where)
-        + server.counts[f"{where}_duplicate"]
+        where: sum(n for (w, _), n in server.party.rejected.items() if w == where)
+        + server.party.counts[f"{where}_duplicate"]
         for where in ("report", "control")
     }
-    assert read["report"] >= 0.9 * injected["report"], (read, server.counts)
-    assert read["control"] >= 0.5 * injected["control"], (read, server.counts)
-    assert server.counts["ledger_invalid"] >= 0.5 * injected["ledger"], server.counts
+    assert read["report"] >= 0.9 * injected["report"], (read, server.party.counts)
+    assert read["control"] >= 0.5 * injected["control"], (read, server.party.counts)
+    assert server.party.counts["ledger_invalid"] >= 0.5 * injected["ledger"], server.party.counts
     assert agent.counts["broadcast_invalid"] >= 0.5 * injected["broadcast"], agent.counts

@@ -1,14 +1,18 @@
-"""Fuzzing the wire: random and mutated byte strings never crash the decoder or a live agent.
+"""Fuzzing the wire: random and mutated byte strings never crash the decoder or a party.
 
 Hypothesis feeds 10,000 byte strings to each target: arbitrary bytes, and valid messages with
 bytes flipped, inserted, deleted or truncated. The decoder must raise ProtocolError or return a
-well-formed envelope; a live server agent (phase 1 open) must classify every record exactly once
-(accepted, duplicate, late or invalid) with one log line per rejection, and its state may change
-only by an accepted report; a live client agent must return a valid broadcast or count it invalid.
+well-formed envelope; the server party (:mod:`fedxab.run.server_party`, phase 1 open) must
+classify every record exactly once (accepted, duplicate, late or invalid) with one log line per
+rejection, and its state may change only by an accepted report; a live client agent must return a
+valid broadcast or count it invalid. One live server agent, run to its end over the in-memory
+broker, takes mutated records on its report and control topics the same way (the smoke test of
+the agent's consumers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -18,11 +22,14 @@ from hypothesis import strategies as st
 from fedxab.agents.client import ClientAgent
 from fedxab.agents.distributed import run_id_for
 from fedxab.agents.server import ServerAgent
-from fedxab.broker.base import Record
+from fedxab.broker.base import Record, run_topics
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.errors import ProtocolError
+from fedxab.run.assembly import build_run
+from fedxab.run.observe import RunObserver
+from fedxab.run.server_party import ServerParty
 
 EXAMPLES = 10_000
 CONFIG = config_from_dict(
@@ -37,25 +44,28 @@ RUN_ID = run_id_for(CONFIG, 0)
 
 
 def _live_pair():
-    """A server agent with phase 1 open, a client agent, and valid wire bytes of each side."""
+    """The server party with phase 1 open, a client agent, and valid wire bytes of each side."""
     broker = MemoryBroker()
-    server = ServerAgent(CONFIG, 0, broker, run_id=RUN_ID)
-    broadcast = server._replay()
+    session = build_run(CONFIG, 0, run_id=RUN_ID, server=True).server
+    party = ServerParty(
+        CONFIG, session, run_id=RUN_ID, signer=None, max_bytes=1 << 20, observer=RunObserver()
+    )
+    broadcast, _ = party.replay([])
     client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=[0, 1])
     broadcast_bytes = Envelope(
         run_id=RUN_ID,
         kind="broadcast",
-        phase=server.phase,
+        phase=session.phase,
         sender=SERVER,
         msg_id="broadcast:1",
         payload=packb(broadcast.to_wire()),
     ).encode()
     m, report = client.answer_all(broadcast)[0]
-    report_bytes = client._envelope("report", m, server.phase, "r", packb(report.to_wire()))
-    return server, client, broadcast_bytes, report_bytes
+    report_bytes = client._envelope("report", m, session.phase, "r", packb(report.to_wire()))
+    return party, client, broadcast_bytes, report_bytes
 
 
-SERVER_AGENT, CLIENT_AGENT, BROADCAST, REPORT = _live_pair()
+SERVER_PARTY, CLIENT_AGENT, BROADCAST, REPORT = _live_pair()
 
 
 @st.composite
@@ -106,7 +116,7 @@ def rejection_log():
             records.append(record)
 
     handler = Keep(level=logging.INFO)
-    logger = logging.getLogger("fedxab.agents")
+    logger = logging.getLogger("fedxab.run.server_party")
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
@@ -115,23 +125,23 @@ def rejection_log():
     logger.setLevel(level)
 
 
-def _state(agent):
+def _state(party):
     """What a rejected record must leave as it was: the open phase, its accepted reports and
     the reports the state machine holds."""
-    run = agent.run_session
-    return (run.phase, sorted(run.accepted), agent.server.reported)
+    run = party.run_session
+    return (run.phase, sorted(run.accepted), run.server.reported)
 
 
-@pytest.mark.slow  # live agents: about 18 s
+@pytest.mark.slow  # 10,000 records: about 18 s
 @FUZZ
 @given(data=mutated(REPORT), key=st.sampled_from(["0", "1", None]))
-def test_a_live_server_agent_classifies_every_record_once(rejection_log, data, key):
-    agent = SERVER_AGENT
-    before = dict(agent.counts)
-    state = _state(agent)
+def test_the_server_party_classifies_every_record_once(rejection_log, data, key):
+    party = SERVER_PARTY
+    before = dict(party.counts)
+    state = _state(party)
     logged = len(rejection_log)
-    agent.on_report(Record("t", 0, 0, key, data))  # must not raise
-    changed = {k: v - before.get(k, 0) for k, v in agent.counts.items() if v != before.get(k, 0)}
+    party.on_report(Record("t", 0, 0, key, data))  # must not raise
+    changed = {k: v - before.get(k, 0) for k, v in party.counts.items() if v != before.get(k, 0)}
     assert len(changed) == 1 and next(iter(changed.values())) == 1  # exactly one outcome
     (outcome,) = changed
     new_lines = rejection_log[logged:]
@@ -141,7 +151,33 @@ def test_a_live_server_agent_classifies_every_record_once(rejection_log, data, k
         assert len(new_lines) == 1 and new_lines[0].getMessage()
         assert (new_lines[0].levelno == logging.WARNING) == (outcome == "report_invalid")
     if outcome != "report_accepted":
-        assert _state(agent) == state
+        assert _state(party) == state
+
+
+def test_a_live_server_agent_counts_junk_on_its_topics_and_finishes_the_run():
+    """The smoke test of the agent's consumers: 20 undecodable records on each of the report
+    and control topics before the run starts; every one is refused as malformed, and the run
+    ends with the same record as without them."""
+    records = [b"\xc1" * (k + 1) for k in range(20)]  # (0xc1: a byte msgpack never uses)
+
+    async def run(with_junk: bool):
+        broker = MemoryBroker()
+        server = ServerAgent(CONFIG, 0, broker, run_id=RUN_ID)
+        client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=list(range(4)))
+        topics = run_topics("fedxab", RUN_ID)
+        async with asyncio.timeout(60), broker:
+            if with_junk:
+                await broker.create_topics(list(topics.values()))
+                for value in records:
+                    await broker.publish(topics["report"], "0", value)
+                    await broker.publish(topics["control"], "0", value)
+            result, _ = await asyncio.gather(server.run(), client.run())
+        return result, server.party
+
+    clean, _ = asyncio.run(run(False))
+    result, party = asyncio.run(run(True))
+    assert party.rejected == {("report", "malformed"): 20, ("control", "malformed"): 20}
+    assert result.cumulative_regret.tolist() == clean.cumulative_regret.tolist()
 
 
 @pytest.mark.slow  # live agents: about 18 s
@@ -160,6 +196,6 @@ def test_a_live_client_agent_rejects_bad_broadcasts(data):
 
 def test_the_fuzzing_reached_every_outcome():
     """The mutations exercise rejection paths (invalid) and, rarely, produce valid copies."""
-    counts = SERVER_AGENT.counts
+    counts = SERVER_PARTY.counts
     assert counts["report_invalid"] > EXAMPLES // 2
     assert CLIENT_AGENT.counts["broadcast_invalid"] > EXAMPLES // 2

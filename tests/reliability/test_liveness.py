@@ -69,7 +69,7 @@ def test_a_wrong_key_is_named_with_its_fingerprint_by_server_and_client(
     async def main() -> None:
         broker = MemoryBroker()
         server = ServerAgent(config, 0, broker, run_id=run_id)
-        server.keys.after_s = 0.5
+        server.party.keys.after_s = 0.5
         good = ClientAgent(config, 0, broker, run_id=run_id, client_ids=[0, 1, 2])
         wrong = ClientAgent(stray, 0, broker, run_id=run_id, client_ids=[3])
         tasks = [asyncio.create_task(a.run()) for a in (server, good)]

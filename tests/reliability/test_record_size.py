@@ -56,12 +56,12 @@ def test_the_limit_must_be_a_positive_number_of_bytes(bad):
 
 def test_the_server_refuses_a_record_by_its_size_before_decoding():
     server = ServerAgent(CONFIG, 0, MemoryBroker(max_message_bytes=LIMIT), run_id=RUN_ID)
-    server.on_report(_probe(LIMIT))
-    server.on_report(_probe(LIMIT + 1))
-    server.on_control(_probe(LIMIT + 1))
-    assert server.rejected[("report", "malformed")] == 1  # decoded: not msgpack
-    assert server.rejected[("report", "too_large")] == 1  # never decoded
-    assert server.rejected[("control", "too_large")] == 1
+    server.party.on_report(_probe(LIMIT))
+    server.party.on_report(_probe(LIMIT + 1))
+    server.party.on_control(_probe(LIMIT + 1))
+    assert server.party.rejected[("report", "malformed")] == 1  # decoded: not msgpack
+    assert server.party.rejected[("report", "too_large")] == 1  # never decoded
+    assert server.party.rejected[("control", "too_large")] == 1
 
 
 def test_a_client_agent_refuses_a_broadcast_by_its_size_before_decoding(caplog):
@@ -128,15 +128,15 @@ def test_a_tiny_telemetry_record_claiming_a_huge_expansion_is_refused_before_exp
     server = ServerAgent(CONFIG, 0, MemoryBroker(max_message_bytes=LIMIT), run_id=RUN_ID)
     tracemalloc.start()
     try:
-        server.on_control(record)
+        server.party.on_control(record)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert server.rejected[("control", "bad_payload")] == 1
+    assert server.party.rejected[("control", "bad_payload")] == 1
     assert peak < 10 * 2**20, f"admission allocated {peak} bytes"
     assert server.sums.received.sum() == 0
     # the same body within bounds is taken: the refusal is about the sizes claimed
     ok = body | {"counts": [3], "global_terms": [0.5], "global_terms_runs": [3],
                  "local_terms": [0.25], "local_terms_runs": [3]}  # fmt: skip
-    server.on_control(_telemetry_record(ok))
+    server.party.on_control(_telemetry_record(ok))
     assert server.sums.received.tolist() == [3, 0, 0]

@@ -47,6 +47,42 @@ def test_only_the_run_core_drives_the_server_state_machine():
     assert found == ONLY_IN
 
 
+SHELL_MAY_NOT_CALL = {
+    "open_record": "opening a record (size, decoding, signature)",
+    "admit": "envelope admission",
+    "classify": "classifying a report",
+    "decode": "decoding an envelope or a message",
+    "body": "decoding a payload",
+    "unpackb": "decoding a payload",
+    "packb": "encoding a payload",
+    "Envelope": "building an envelope",
+    "encode": "encoding an envelope",
+    "seal": "signing a record",
+    "seal_about": "signing a record",
+    "seal_for_every_client": "signing a record",
+    "telemetry_from_wire": "decoding telemetry",
+    "failure_text": "decoding a failure",
+    "failure_body": "encoding a failure",
+    "checked_best_release": "decoding a best-value release",
+    "from_dict": "decoding an outcome",
+    "release_record": "building a ledger record",
+    "budget_record": "building a ledger record",
+    "end_record": "building a ledger record",
+}
+"""What an agent, an asyncio and broker shell, leaves to its sans-I/O party (calls by name)."""
+
+SHELLS = ["agents/server.py"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_agent_holds_no_admission_decoding_or_record_building(shell):
+    """The agents move records; their parties (fedxab.run.server_party) say what each means."""
+    found = {
+        name: SHELL_MAY_NOT_CALL[name] for name in _calls(PACKAGE / shell) & set(SHELL_MAY_NOT_CALL)
+    }
+    assert found == {}
+
+
 CONFIG = config_from_dict(
     {
         "run": {"budget": 400},
