@@ -145,7 +145,8 @@ def federate(
     ``resume``: the results of an earlier call of the same job with a smaller ``budget``: each
     of its runs continues to ``budget`` (as ``study.optimize`` called again does), its
     evaluations answered from its trials, not made again (:mod:`fedxab.run.continuation`:
-    which algorithms continue, and how). In process (``memory://`` too), not on Kafka yet."""
+    which algorithms continue, and how). In process (``memory://`` too); on Kafka the server
+    and the clients continue with ``fedxab server --resume`` and ``fedxab client --resume``."""
     config = make_config(
         domain,
         clients=_clients_of(objectives, clients),

@@ -59,7 +59,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from fedxab.agents.server import ServerAgent
     from fedxab.monitoring.metrics import FederationMetrics
     from fedxab.objectives.families import ClientFamily
+    from fedxab.objectives.history import TrialRecord
     from fedxab.run.outcome import ClientOutcome
 
 __all__ = ["ClientAgent"]
@@ -122,6 +123,7 @@ class ClientAgent:
         functions: Functions | None = None,
         family: ClientFamily | None = None,
         server: ServerAgent | None = None,
+        replay_trials: Mapping[int, Sequence[TrialRecord]] | None = None,
     ) -> None:
         fed = config.federation
         if fed is None or config.agents is None:
@@ -153,6 +155,7 @@ class ClientAgent:
             client_ids=client_ids,
             functions=functions,
             family=family,
+            replay=replay_trials,  # a continued run's (fedxab.run.continuation)
         )
         assert parts.clients is not None
         self.hosted = parts.clients

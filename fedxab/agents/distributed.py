@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +53,7 @@ from fedxab.run.observe import ProgressCallback
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
     from fedxab.objectives.families import ClientFamily
+    from fedxab.objectives.history import TrialRecord
     from fedxab.run.finished import FinishedRuns
 
 __all__ = [
@@ -113,9 +114,11 @@ def client_agent(
     functions: Functions | None = None,
     family: ClientFamily | None = None,
     server: ServerAgent | None = None,
+    replay_trials: Mapping[int, Sequence[TrialRecord]] | None = None,
 ) -> ClientAgent:
     """The client agent of clients ``ids`` in run ``seed`` of ``config`` (``family``: see
-    :func:`~fedxab.run.assembly.build_run`; ``server``: the server agent of this process)."""
+    :func:`~fedxab.run.assembly.build_run`; ``server``: the server agent of this process;
+    ``replay_trials``: by client, the trials of the finished run this one continues)."""
     return ClientAgent(
         config,
         seed,
@@ -128,6 +131,7 @@ def client_agent(
         functions=functions,
         family=family,
         server=server,
+        replay_trials=replay_trials,
     )
 
 
@@ -264,14 +268,25 @@ async def host_clients(
     *,
     metrics: FederationMetrics | None = None,
     functions: Functions | None = None,
+    replay: Mapping[int, Mapping[int, Sequence[TrialRecord]]] | None = None,
 ) -> RunResults:
     """Clients ``client_ids`` for every seed of ``config`` in turn (``functions``: the clients'
-    own objectives, in place of the config's); their own results
+    own objectives, in place of the config's; ``replay``: by seed, each client's trials of the
+    finished run a continued run replays, :func:`~fedxab.run.continuation.continue_party`);
+    their own results
     (:meth:`~fedxab.agents.client.ClientAgent.own_record`: what each observed, its trials, its
     epsilon), which under local DP only they have."""
     runs = []
     for seed in config.run.seeds:
-        agent = client_agent(config, seed, broker, client_ids, metrics, functions=functions)
+        agent = client_agent(
+            config,
+            seed,
+            broker,
+            client_ids,
+            metrics,
+            functions=functions,
+            replay_trials=(replay or {}).get(seed),
+        )
         t0 = time.perf_counter()
         await agent.run()
         runs.append(agent.own_record(time.perf_counter() - t0))

@@ -34,7 +34,7 @@ from fedxab.cli.options import (
     ServeAfterOption,
 )
 from fedxab.cli.render import clients_table, ledger_line, print_choice, print_results, run_ids
-from fedxab.errors import FedxabError
+from fedxab.errors import ConfigError, FedxabError
 from fedxab.monitoring.progress import ProgressMode
 
 
@@ -121,6 +121,16 @@ _ClientOutputOption = Annotated[
         show_default=False,
     ),
 ]
+_PartyResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="With a larger --budget N: continue the finished run whose results are in "
+        "--output to N (Fed-PNE, DP-Fed-PNE without [privacy], FTS-DE, TS). A new run on the "
+        "broker, whose clients (fedxab client --resume, each with its own --output) answer "
+        "its first evaluations from their trials.",
+    ),
+]
 _PortOption = Annotated[
     int | None,
     typer.Option(help="Loopback port to listen on (default: a free one).", show_default=False),
@@ -144,6 +154,7 @@ def server(
     serve_after: ServeAfterOption = None,
     dashboard: DashboardOption = False,
     dashboard_port: DashboardPortOption = DASHBOARD_PORT,
+    resume: _PartyResumeOption = False,
 ) -> None:
     """Run the server of a federated job on a broker (clients run `fedxab client`)."""
     from fedxab.agents.distributed import serve
@@ -154,6 +165,10 @@ def server(
         cfg = load_job(config, seed, repeats, budget, output, broker, keys_dir, namespace)
         if cfg.broker is None:
             raise FedxabError(f"{cfg.algorithm.name!r} is not a federated algorithm")
+        if resume:
+            from fedxab.run.continuation import continue_party
+
+            cfg, _ = continue_party(cfg, cfg.output_dir)
         transport = shared_broker(cfg, "server")
         console.print(
             f"[bold]fedxab server[/bold]: {escape(cfg.algorithm.name)}, "
@@ -195,6 +210,7 @@ def client(
     dashboard_port: DashboardPortOption = DASHBOARD_PORT,
     objective: _ObjectiveOption = None,
     output: _ClientOutputOption = None,
+    resume: _PartyResumeOption = False,
 ) -> None:
     """Host clients of a federated job on a broker until the server's final answer (with
     --metrics-port, their own metrics: their regret and epsilon only; with --dashboard, their
@@ -208,6 +224,15 @@ def client(
         if objective is not None:
             cfg = cfg.with_objective_function(objective)
         ids = parse_client_ids(client_id, cfg.federation.clients)
+        replay = None
+        if resume:
+            from fedxab.run.continuation import continue_party
+
+            if output is None:
+                raise ConfigError(
+                    "--output", "--resume continues from these clients' own results: give it"
+                )
+            cfg, replay = continue_party(cfg, output, ids)
         transport = shared_broker(cfg, "client")
         console = make_console()
         _print_clients(console, cfg, client_id)
@@ -217,7 +242,8 @@ def client(
             console, "client", metrics_port, metrics_host, serve_after, page
         ) as metrics:
             results = run_with(
-                transport, lambda: host_clients(cfg, transport, ids, metrics=metrics)
+                transport,
+                lambda: host_clients(cfg, transport, ids, metrics=metrics, replay=replay),
             )
             _print_clients_results(console, results, cfg, client_id, output)
 

@@ -65,7 +65,7 @@ _ResumeOption = Annotated[
         help="Keep the seeds this job already finished (DIR/runs) and run only the others; "
         "on Kafka an interrupted seed continues from its checkpoint (DIR/checkpoints). With "
         "a larger --budget N, continue the finished runs to N, in process (Fed-PNE, "
-        "DP-Fed-PNE, FTS-DE, TS; not on Kafka).",
+        "DP-Fed-PNE, FTS-DE, TS; on Kafka: fedxab server/client --resume).",
     ),
 ]
 

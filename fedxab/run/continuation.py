@@ -22,6 +22,11 @@ on from where it stopped. What it keeps of the finished run:
   objective recomputes them from the seed, the same values, with nothing to store;
 - the **horizon** its algorithm's constants were set for (:data:`HORIZON`).
 
+That is in process (:func:`continue_job`, :func:`continuations_from_results`). On a broker
+(``fedxab server --resume``, ``fedxab client --resume``: :func:`continue_party`) the finished
+run's topics end with its answer, so the continued run is a new run on new topics, with the
+longer run's id; the clients replay their trials the same way, and a private run is refused.
+
 Which algorithms continue exactly (:data:`CONTINUES`): those whose decisions depend on the
 budget only where it ends the run (the last, truncated phase, whose pulls are a prefix of the
 full phase's), or also through a horizon parameter that the continued run keeps. FTS-DE and
@@ -38,7 +43,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedxab.errors import ConfigError, FedxabError
@@ -59,6 +65,7 @@ __all__ = [
     "check_continuable",
     "continuations_from_results",
     "continue_job",
+    "continue_party",
     "continued_config",
     "in_process",
 ]
@@ -234,6 +241,11 @@ def continuations_from_results(
     return pinned, continuations
 
 
+def _clients(config: Config) -> int:
+    assert config.federation is not None  # (continued_config refuses a single agent)
+    return config.federation.clients
+
+
 def _run_id(run: RunRecord) -> str:
     if not run.run_id:
         raise ConfigError(
@@ -254,7 +266,7 @@ def _trials(run: RunRecord) -> dict[int, Sequence[TrialRecord]]:
 
 
 def in_process(config: Config) -> Config:
-    """``config`` on ``inprocess://``, where a continued run runs (for now): from the embedded
+    """``config`` on ``inprocess://``, where ``fedxab run`` continues a run: from the embedded
     broker ``memory://``, whose parties are all in this process too, with the same results
     (identical on every transport); a ConfigError naming ``broker.url`` for Kafka, whose
     parties are elsewhere."""
@@ -265,8 +277,8 @@ def in_process(config: Config) -> Config:
         return config.with_broker_url("inprocess://")
     raise ConfigError(
         "broker.url",
-        f"a finished run continues in process only (for now), not on {url!r}: fedxab server "
-        "and fedxab client do not continue runs yet; use --broker inprocess://",
+        f"fedxab run continues a finished run in process, not on {url!r}: use --broker "
+        "inprocess://, or on Kafka fedxab server --resume and fedxab client --resume",
     )
 
 
@@ -305,7 +317,9 @@ def continue_job(
         seed: Continuation(
             _run_id(run),
             budgets[0],
-            _trials_on_disk(pinned, seed) if pinned.objective.is_user else {},
+            _trials_on_disk(pinned.output_dir, seed, range(_clients(pinned)))
+            if pinned.objective.is_user
+            else {},
             _phases(run),
         )
         for seed, (_, run) in previous.items()
@@ -313,17 +327,18 @@ def continue_job(
     return pinned, FinishedRuns(pinned, resume=True), continuations
 
 
-def _trials_on_disk(config: Config, seed: int) -> dict[int, Sequence[TrialRecord]]:
-    """Each client's trials of run ``seed`` of a user's objective, from the CSV files beside
-    ``results.json`` (:data:`~fedxab.results.TRIALS_FILENAME`); a ConfigError naming
-    ``run.output`` where one is missing or unreadable."""
+def _trials_on_disk(
+    directory: Path, seed: int, clients: Iterable[int]
+) -> dict[int, Sequence[TrialRecord]]:
+    """Each of ``clients``' trials of run ``seed`` of a user's objective, from the CSV files
+    beside ``results.json`` in ``directory`` (:data:`~fedxab.results.TRIALS_FILENAME`); a
+    ConfigError naming ``run.output`` where one is missing or unreadable."""
     from fedxab.objectives.history import read_trials_csv
     from fedxab.results import TRIALS_FILENAME
 
-    assert config.federation is not None
     trials: dict[int, Sequence[TrialRecord]] = {}
-    for m in range(config.federation.clients):
-        path = config.output_dir / TRIALS_FILENAME.format(seed=seed, client=m)
+    for m in clients:
+        path = directory / TRIALS_FILENAME.format(seed=seed, client=m)
         try:
             trials[m] = read_trials_csv(path)
         except (OSError, ValueError) as exc:
@@ -333,3 +348,41 @@ def _trials_on_disk(config: Config, seed: int) -> dict[int, Sequence[TrialRecord
                 f"cannot be read ({exc}); give the --output that holds them",
             ) from None
     return trials
+
+
+def continue_party(
+    config: Config, output: Path, client_ids: Sequence[int] = ()
+) -> tuple[Config, dict[int, Mapping[int, Sequence[TrialRecord]]]]:
+    """``fedxab server --resume`` and ``fedxab client --resume`` (``client_ids``: the clients
+    this party hosts): the job's config pinned to the finished run whose results are in
+    ``output`` (:func:`continued_config`), and by seed the trials of each hosted client of a
+    user's objective, to replay.
+
+    On a broker the finished run's topics end with its final answer, so a continued run is a
+    new run there (its id is the pinned config's), on new topics: the server runs it as it
+    would any run, and the clients answer its first phases from their trials. A private run
+    is refused (its ledger would charge the replayed releases again under the new id): it
+    continues in process (``fedxab run --resume --budget N``)."""
+    from fedxab.results import RESULTS_FILENAME, load_results
+
+    path = Path(output) / RESULTS_FILENAME
+    if not path.exists():
+        raise ConfigError(
+            "run.output",
+            f"{path} does not exist: --resume continues the finished run whose results are "
+            "there; give the --output of that run, or leave out --resume",
+        )
+    previous = load_results(path)
+    pinned = continued_config(config, previous.config, previous.algorithm)
+    if pinned.privacy is not None:
+        raise ConfigError(
+            "privacy",
+            "a private run continues in process only (fedxab run --resume --budget N): on a "
+            "broker the continued run has a new id, and its ledger would charge the replayed "
+            "releases again",
+        )
+    replay: dict[int, Mapping[int, Sequence[TrialRecord]]] = {}
+    if client_ids and pinned.objective.is_user:
+        for run in previous.runs:
+            replay[run.seed] = _trials_on_disk(Path(output), run.seed, client_ids)
+    return pinned, replay

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -18,7 +19,9 @@ from fedxab.cli import app
 from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError, EvaluationError
 from fedxab.privacy.ledger import PrivacyLedger
-from fedxab.run.continuation import CONTINUES, REFUSED
+from fedxab.results import write_results
+from fedxab.run.continuation import CONTINUES, REFUSED, continue_party
+from fedxab.run.identity import run_id_for
 
 runner = CliRunner()
 
@@ -39,11 +42,12 @@ class Counted:
 
 def _federate(f: Counted, budget: int, **options):
     params = options.pop("params", {})
+    clients = options.pop("clients", CLIENTS)
     return fedxab.federate(
         f,
         DOMAIN,
         budget=budget,
-        clients=CLIENTS,
+        clients=clients,
         algorithm="fedpne",
         params=params,
         vectorized=True,
@@ -309,7 +313,7 @@ def test_a_continued_dpfedpne_run_charges_its_ledger_as_the_longer_run(tmp_path)
         (["--budget", "1000"], "run.budget: 1000 does not exceed the 2000 evaluations"),
         (
             ["--budget", "5000", "--broker", "kafka://127.0.0.1:9"],
-            "broker.url: a finished run continues in process only",
+            "broker.url: fedxab run continues a finished run in process",
         ),
     ],
 )
@@ -417,3 +421,81 @@ def test_a_continuation_that_does_not_repeat_the_finished_runs_phases_is_refused
     assert result.exit_code != 0
     text = " ".join(result.output.split())
     assert "phase 2 of the continued run differs from the finished run's (bytes_up:" in text
+
+
+# ---------------------------------------------------------------- server and clients on a broker
+async def _on_broker(server_config, client_config, function, replay=None):
+    """``serve`` and ``host_clients`` (clients 0..2) of one job on one embedded broker."""
+    from fedxab.agents.distributed import host_clients, serve
+    from fedxab.broker.factory import make_broker
+
+    broker = make_broker("memory://", server_config.broker)
+    async with broker, asyncio.TaskGroup() as group:
+        served = group.create_task(serve(server_config, broker))
+        hosted = group.create_task(
+            host_clients(client_config, broker, [0, 1, 2], functions=function, replay=replay)
+        )
+    return served.result(), hosted.result()
+
+
+def _party_config(budget: int):
+    return fedxab.make_config(
+        DOMAIN,
+        clients=3,
+        budget=budget,
+        algorithm="fedpne",
+        vectorized=True,
+        sections={"broker": {"url": "memory://"}},
+    )
+
+
+def test_a_server_and_its_clients_continue_a_run_on_a_broker(tmp_path):
+    first = _party_config(300)
+    served, hosted = asyncio.run(_on_broker(first, first, Counted()))
+    write_results(served, tmp_path / "server")
+    write_results(hosted, tmp_path / "clients")
+
+    more = _party_config(700)
+    server_config, _ = continue_party(more, tmp_path / "server")
+    client_config, replay = continue_party(more, tmp_path / "clients", [0, 1, 2])
+    assert run_id_for(server_config, 0) == run_id_for(client_config, 0)  # they meet
+    f = Counted()
+    served, hosted = asyncio.run(_on_broker(server_config, client_config, f, replay))
+    assert f.calls == 3 * (700 - 300)  # the first 300 per client came from their trials
+
+    longer = _federate(Counted(), 700, params={"horizon": 300}, clients=3)
+    ours, theirs = served.runs[0].to_dict(), longer.runs[0].to_dict()
+    ours.pop("wall_time_s"), theirs.pop("wall_time_s")
+    assert ours == theirs  # the run id too: on a broker a continued run is a new run
+    for mine, its in zip(hosted.runs[0].clients, longer.runs[0].clients, strict=True):
+        assert [dataclasses.replace(t, wall_s=0) for t in mine.trials] == [
+            dataclasses.replace(t, wall_s=0) for t in its.trials
+        ]
+
+
+def test_a_party_resumes_only_a_finished_run_and_not_a_private_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"^run.output: .*results.json does not exist"):
+        continue_party(_party_config(700), tmp_path)
+    result = runner.invoke(
+        app,
+        ["client", str(_job(tmp_path)), "--client-id", "0", "--resume", "--budget", "700"],
+    )
+    assert result.exit_code != 0
+    assert "--output: --resume continues from these clients' own results" in result.output
+    private = fedxab.make_config(
+        DOMAIN,
+        clients=3,
+        budget=300,
+        algorithm="dpfedpne",
+        params=PRIVATE,
+        vectorized=True,
+        sections={"broker": {"url": "memory://"}, "privacy": {"budget_epsilon": 10.0}},
+    )
+    write_results(
+        fedxab.federate(Counted(), DOMAIN, budget=300, clients=3, algorithm="dpfedpne",
+                        params=PRIVATE, vectorized=True,
+                        sections={"privacy": {"budget_epsilon": 10.0}}),
+        tmp_path / "private",
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^privacy: a private run continues in process only"):
+        continue_party(private.with_run(budget=700), tmp_path / "private")
