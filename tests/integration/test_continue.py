@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_procs import start_cli, wait_ok, without_time
 from typer.testing import CliRunner
 
 import fedxab
@@ -499,3 +502,45 @@ def test_a_party_resumes_only_a_finished_run_and_not_a_private_one(tmp_path):
     )  # fmt: skip
     with pytest.raises(ConfigError, match=r"^privacy: a private run continues in process only"):
         continue_party(private.with_run(budget=700), tmp_path / "private")
+
+
+@pytest.mark.slow  # (two runs of a server and a client process: about a minute here)
+def test_fedxab_server_and_client_processes_continue_a_run_on_the_dev_broker(
+    tmp_path, dev_broker, monkeypatch
+):
+    (tmp_path / "continuesite.py").write_text(SITE_MODULE)
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    }
+    on_broker = USER_JOB.replace(
+        'url = "inprocess://"',
+        f'url = "{dev_broker.url}"\nnamespace = "c{uuid.uuid4().hex[:10]}"',
+    )
+    job = tmp_path / "job.toml"
+    job.write_text(on_broker + "\n[security]\nsign = false\n")
+    server_out, client_out = tmp_path / "server", tmp_path / "clients"
+
+    def both(*more: str) -> None:
+        server = start_cli(
+            "server", str(job), "-o", str(server_out), "-q", *more, log=tmp_path / "server.log"
+        )
+        client = start_cli("client", str(job), "--client-id", "0-2", "-o", str(client_out),
+                           *more, log=tmp_path / "client.log", env=env)  # fmt: skip
+        wait_ok(server, tmp_path / "server.log", 180)
+        wait_ok(client, tmp_path / "client.log", 180)
+
+    both()
+    both("--budget", "700", "--resume")
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text(USER_JOB.replace('"fedpne"', '"fedpne"\nhorizon = 300'))
+    _run(pinned, "-o", tmp_path / "longer", "-q", "--budget", "700")
+    served = json.loads((server_out / "results.json").read_text())["runs"][0]
+    longer = json.loads((tmp_path / "longer" / "results.json").read_text())["runs"][0]
+    assert without_time(served) == without_time(longer)  # the run id too: a new run
+    for m in range(3):
+        name = f"trials-seed0-client{m}.csv"
+        ours = [r.split(",")[:-1] for r in (client_out / name).read_text().splitlines()]
+        theirs = [r.split(",")[:-1] for r in (tmp_path / "longer" / name).read_text().splitlines()]
+        assert ours == theirs and len(ours) == 701  # (the wall times aside)
