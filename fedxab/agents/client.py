@@ -88,8 +88,9 @@ from fedxab.run.evaluation import (
 )
 from fedxab.run.failures import Aborted, failure_body, failure_text
 from fedxab.run.identity import protocol_of
-from fedxab.run.observe import PrivacyOnly, ledger_epsilons, observer_of, start_run
+from fedxab.run.observe import PrivacyOnly, observer_of
 from fedxab.run.outcome import mean_best, stays_local
+from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch, open_record, signer_for
 from fedxab.security.signing import Opened, SignatureError
 
@@ -194,13 +195,18 @@ class ClientAgent:
         self._sent = (0, 0.0)  # the last phase whose replies were sent live, and when
         self.rebroadcast_s = config.agents.rebroadcast_s
         self.finished: Finished | None = None
-        # the metrics' view of the hosted clients (kept only with metrics)
+        self.watch = RunWatch(
+            self.observer,
+            config.run.budget,
+            self.clients,
+            lambda: [m for m in self.clients if self.hosted.withdrawn(m)],
+            known=regret_known(self.family, config)
+            if self.observer.wants_regret
+            else (False, False),
+            run_ledger=self.run_ledger,
+        )
+        """The metrics' view of the hosted clients (:class:`~fedxab.run.watch.RunWatch`)."""
         self._broadcast_bytes = 0
-        self._regret = np.zeros(2)  # sums of the global and local regret terms
-        self._best = np.full((2, len(client_ids)), np.inf)  # best global, local term per client
-        self._slot = {m: k for k, m in enumerate(client_ids)}
-        self._evaluations = 0
-        self._last_privacy = time.monotonic()
         self._opened = time.perf_counter()
 
     # ----------------------------------------------------------------------------- messages
@@ -352,7 +358,7 @@ class ClientAgent:
             if report is None or telemetry is None:  # it withdrew earlier (both None): no report
                 continue
             if fresh:
-                self._observe_telemetry(telemetry)
+                self.watch.pulled(telemetry)
                 if self.local_only and self.server is not None:
                     self._fresh.append(telemetry)
             unsent = self._unsent.setdefault(m, [])
@@ -361,58 +367,15 @@ class ClientAgent:
             out.append((m, report))
         return out
 
-    def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Add one client's new pulls to the agent's regret view (in :meth:`answer_all`), if
-        its observer wants the regret (not beside a server agent, which has the whole view)."""
-        self._evaluations += telemetry.count
-        if telemetry.count == 0 or not self.observer.wants_regret:
-            return
-        k = self._slot[telemetry.client]
-        for row, terms in enumerate((telemetry.global_terms, telemetry.local_terms)):
-            if terms is not None:
-                self._regret[row] += float(terms.sum())
-                self._best[row, k] = min(self._best[row, k], float(terms.min()))
-
     def _observe(self, msg: Any, sent: int, bytes_up: int) -> None:
         """After a live broadcast: the phase as this agent saw it, and its clients' regret."""
-        observer = self.observer
         counts = phase_communication(msg, self._broadcast_bytes, sent, sent, bytes_up, sent, 0)
-        observer.on_phase(counts, time.perf_counter() - self._opened, active=self._active())
-        observer.on_evaluations(self._evaluations)
-        self._evaluations = 0
-        if not observer.wants_regret:
-            return
-        n = len(self.clients)
-        used = [e.used for m, e in self.evaluators.items() if not self._withdrawn(m)]
-        known = np.isfinite(self._best).all(axis=1)
-        global_known, local_known = regret_known(self.family, self.config)
-        observer.on_regret(
-            t=min(used, default=0),
-            cumulative=self._regret[0] / n if global_known else None,
-            local=self._regret[1] / n if local_known else None,
-            global_simple=float(self._best[0].mean()) if global_known and known[0] else None,
-            local_simple=float(self._best[1].mean()) if local_known and known[1] else None,
+        self.watch.phase_seen(
+            counts,
+            time.perf_counter() - self._opened,
+            [self.evaluators[m].used for m in self.clients],
+            mean_best(self.evaluators[m].observed.best for m in self.clients),
         )
-        observer.on_observed(mean_best(self.evaluators[m].observed.best for m in self.clients))
-
-    def _withdrawn(self, m: int) -> bool:
-        return self.hosted.withdrawn(m)
-
-    def _active(self) -> int:
-        return sum(not self._withdrawn(m) for m in self.clients)
-
-    def _observe_privacy(self) -> None:
-        """The hosted clients' epsilon so far (local DP), from this agent's ledger."""
-        if self.run_ledger is None:
-            return
-        budget = self.run_ledger.budget
-        self.observer.on_privacy(
-            ledger_epsilons(self.run_ledger, self.clients),
-            budget_epsilon=None if budget is None else budget.epsilon,
-            delta=self.run_ledger.delta,
-            withdrawn=[m for m in self.clients if self._withdrawn(m)],
-        )
-        self._last_privacy = time.monotonic()
 
     def _owner(self, m: int) -> Owner:
         assert self.run_ledger is not None
@@ -587,8 +550,10 @@ class ClientAgent:
         """Answer broadcasts until the server's :class:`Finished`; returns it."""
         observer = self.observer
         transport = transport_of(self.broker)
-        start_run(observer, self.config, self.run_id, transport, len(self.clients), self.family)
-        self._observe_privacy()
+        self.watch.start(
+            self.config, self.run_id, transport, regret_known(self.family, self.config)
+        )
+        self.watch.privacy()
         try:
             finished = await self._run()
         except BaseException:
@@ -637,7 +602,7 @@ class ClientAgent:
                     stopped = {
                         m: int(self.clients[m].withdrawal.phase)
                         for m in self.clients
-                        if self._withdrawn(m)
+                        if self.hosted.withdrawn(m)
                     }
                     self._privacy_block = self.run_ledger.block(list(self.clients), stopped)
                 self.run_ledger.close()
@@ -740,7 +705,7 @@ class ClientAgent:
                 if isinstance(msg, Finished):
                     self.finished = msg
                     self.observer.on_recommendation(msg.recommendation)
-                    self._observe_privacy()  # final: before the end markers
+                    self.watch.privacy()  # final: before the end markers
                     self._hand_over(final=True)
                     await self._flush_telemetry()
                     await self._send_outcomes(msg)
@@ -765,7 +730,6 @@ class ClientAgent:
                     self._observe(msg, len(answers), bytes_up)
                 else:
                     self.counts["broadcasts_replayed"] += 1
-                if time.monotonic() - self._last_privacy >= self.observer.privacy_interval_s:
-                    self._observe_privacy()
+                self.watch.privacy_if_stale()
         finally:
             await sub.close()

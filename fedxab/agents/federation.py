@@ -56,20 +56,13 @@ from fedxab.run.accounting import (
     communication_block,
     stopped_phases,
 )
-from fedxab.run.assembly import Functions, build_run
+from fedxab.run.assembly import Functions, build_run, regret_known
 from fedxab.run.evaluation import BudgetExceededError
 from fedxab.run.identity import run_id_for
 from fedxab.run.job import RunStartCallback, run_seeds
-from fedxab.run.observe import (
-    PROGRESS_UPDATES,
-    EpsilonWatch,
-    ProgressCallback,
-    RunObserver,
-    observe_privacy,
-    observer_of,
-    start_run,
-)
+from fedxab.run.observe import ProgressCallback, observer_of
 from fedxab.run.outcome import mean_best
+from fedxab.run.watch import RunWatch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -184,11 +177,19 @@ class Federation:
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
         """Run the federation to its end; the record of regret, answer and communication."""
         observer = observer_of(self.metrics, progress)
-        start_run(observer, self.config, self.run_id, "inprocess", self.n_clients, self.family)
+        watch = RunWatch(
+            observer,
+            self.budget,
+            range(self.n_clients),
+            lambda: self.session.withdrawn,
+            known=(self.sums.global_sum is not None, self.sums.local_sum is not None),
+            run_ledger=self.run_ledger,
+            stopped=lambda: stopped_phases(self.server),
+        )
+        watch.start(self.config, self.run_id, "inprocess", regret_known(self.family, self.config))
         if self.hosted is not None:
             self.hosted.watch_trials(observer)
-        if self.run_ledger is not None:
-            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
+        watch.privacy()
         try:
             if self.hosted is None:
                 with ClientWorkers(
@@ -198,9 +199,9 @@ class Federation:
                     n_workers=self.workers,
                     functions=self.functions,
                 ) as workers:
-                    record = self._run(observer, workers)
+                    record = self._run(watch, workers)
             else:
-                record = self._run(observer, None)
+                record = self._run(watch, None)
         except BaseException:
             observer.fail_run()
             raise
@@ -230,17 +231,9 @@ class Federation:
                 reports.append((m, report))
         return reports
 
-    def _run(self, observer: RunObserver, workers: ClientWorkers | None) -> RunRecord:
-        session, sums = self.session, self.sums
-        n_clients, budget = self.n_clients, self.budget
-        every = max(1, budget // PROGRESS_UPDATES)
-        next_report = every
-        watch = (
-            EpsilonWatch(self.run_ledger, range(n_clients))
-            if observer.wants_details and self.run_ledger is not None
-            else None
-        )
-        running, running_local, counted = 0.0, 0.0, 0
+    def _run(self, watch: RunWatch, workers: ClientWorkers | None) -> RunRecord:
+        session, sums, observer = self.session, self.sums, watch.observer
+        n_clients = self.n_clients
         idle = 0
 
         t0 = time.perf_counter()
@@ -272,34 +265,20 @@ class Federation:
             observer.on_phase(
                 session.counted(session.phases[-1]),
                 time.perf_counter() - opened,
-                active=n_clients - len(session.withdrawn),
+                active=watch.active(),
             )
             observer.on_report("accepted", accepted)
             observer.on_evaluations(evaluations)
             if not (observer.wants_progress or observer.wants_regret):
                 msg = session.msg
                 continue
-            done = int(sums.used.min(initial=budget, where=self._active_mask()))
-            if done >= next_report or done == budget:
-                if sums.global_sum is not None:
-                    running += float(sums.global_sum[counted:done].sum())
-                if sums.local_sum is not None:
-                    running_local += float(sums.local_sum[counted:done].sum())
-                counted = done
-                cum = running / n_clients if sums.global_sum is not None else float("nan")
+            done = watch.reached(sums.used)
+            if watch.due(done):
+                watch.advance(sums, done)
                 if observer.wants_regret:
-                    self._observe_regret(observer, done, cum, running_local / n_clients)
-                if self.run_ledger is not None and observer.privacy_due():
-                    observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
-                observer.on_progress(
-                    done,
-                    budget,
-                    cum,
-                    phase=phase,
-                    evaluations=int(sums.used.sum()),
-                    epsilon=None if watch is None else watch(),
-                )
-                next_report = (done // every + 1) * every
+                    self._observe_regret(watch, done)
+                watch.privacy_if_due()
+                watch.progress(done, phase=phase, evaluations=int(sums.used.sum()))
             msg = session.msg
         wall = time.perf_counter() - t0
 
@@ -315,32 +294,20 @@ class Federation:
         self.recommendation = record.recommendation
         return record
 
-    def _observe_regret(self, observer: RunObserver, done: int, cum: float, local: float) -> None:
+    def _observe_regret(self, watch: RunWatch, done: int) -> None:
         """The regret at per-client round ``done`` (every active client got there)."""
-        sums = self.sums
         global_simple = local_simple = None
         if done > 0:
-            g, loc = sums.simple_curves(np.array([done]))
+            g, loc = self.sums.simple_curves(np.array([done]))
             global_simple = None if g is None else float(g[0])
             local_simple = None if loc is None else float(loc[0])
-        observer.on_regret(
-            t=done,
-            cumulative=cum if sums.global_sum is not None else None,
-            local=local if sums.local_sum is not None else None,
-            global_simple=global_simple,
-            local_simple=local_simple,
-        )
-        observer.on_observed(mean_best(self._observed_best.values()))
+        observed = mean_best(self._observed_best.values())
+        watch.regret_at(done, (global_simple, local_simple), observed)
 
     @property
     def withdrawn(self) -> dict[int, Any]:
         """The clients that withdrew from the run (client -> its Withdrawal)."""
         return self.session.withdrawn
-
-    def _active_mask(self) -> np.ndarray:
-        mask = np.ones(self.n_clients, dtype=bool)
-        mask[list(self.withdrawn)] = False
-        return mask
 
     def privacy_block(self) -> dict[str, Any] | None:
         """The run's ``privacy`` block (private algorithms), from the ledger."""

@@ -31,8 +31,9 @@ from fedxab.run.assembly import client_family, make_noise_model
 from fedxab.run.finished import FinishedRuns
 from fedxab.run.identity import run_id_for
 from fedxab.run.job import RunStartCallback, run_seeds
-from fedxab.run.observe import PROGRESS_UPDATES, ProgressCallback, RunObserver, observer_of
+from fedxab.run.observe import ProgressCallback, RunObserver, observer_of
 from fedxab.run.outcome import ObservedBest
+from fedxab.run.watch import RunWatch
 from fedxab.seeding import stream
 
 __all__ = ["run_config", "run_single"]
@@ -97,11 +98,9 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     points = np.empty((budget, config.domain.shape[0]))  # x_t
     observed = np.empty(budget, dtype=np.float64)  # y_t
     seen = ObservedBest(0, budget, config.objective.direction)
-    every = max(1, budget // PROGRESS_UPDATES)
+    watch = RunWatch(observer, budget, [0], known=(known, False))
     watched = observer.wants_progress or observer.wants_regret
-    next_report = every if watched else budget + 1
-    running = 0.0  # cumulative regret up to round `counted`, for the progress callback only
-    counted = 0
+    counted = 0  # rounds whose regret the watch holds
     f_ref = 0.0 if f_star is None else float(f_star)
 
     ask, tell, sample = opt.ask, opt.tell, noise.sample
@@ -114,15 +113,12 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
         y = f + float(sample(fx, rng)[0])
         points[t], observed[t] = x, y
         tell(x, y)
-        if t + 1 == next_report:
-            running += f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum())
+        if watched and watch.due(t + 1):
+            watch.add_regret(f_ref * (t + 1 - counted) - float(values[counted : t + 1].sum()))
             seen.add(points[counted : t + 1], observed[counted : t + 1])
             counted = t + 1
-            so_far = running if known else float("nan")
-            observer.on_regret(t=t + 1, cumulative=so_far if known else None)
-            observer.on_observed(seen.best)
-            observer.on_progress(t + 1, budget, so_far)
-            next_report = min(next_report + every, budget)
+            watch.regret_at(t + 1, (None, None), seen.best)
+            watch.progress(t + 1)
     recommendation = np.asarray(opt.recommend(), dtype=np.float64).reshape(-1).copy()
     wall = time.perf_counter() - t0
 

@@ -59,8 +59,6 @@ from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.agents.lobby import new_session, refuse_strangers
@@ -76,15 +74,10 @@ from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_p
 from fedxab.run.assembly import build_run, regret_known
 from fedxab.run.evaluation import RegretSums, Telemetry
 from fedxab.run.identity import protocol_of
-from fedxab.run.observe import (
-    EpsilonWatch,
-    ProgressCallback,
-    observe_privacy,
-    observer_of,
-    start_run,
-)
+from fedxab.run.observe import ProgressCallback, observer_of
 from fedxab.run.outcome import ClientOutcome, stays_local, withheld_block
 from fedxab.run.server_party import ServerParty
+from fedxab.run.watch import RunWatch
 from fedxab.security.agents import signer_for
 
 if TYPE_CHECKING:
@@ -166,9 +159,16 @@ class ServerAgent:
             )
         self.sums = self.run_session.sums
         self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
-        clients = range(self.n_clients)
-        ledger = self.run_ledger
-        self._epsilon_watch = None if ledger is None else EpsilonWatch(ledger, clients)
+        self.watch = RunWatch(
+            self.observer,
+            self.budget,
+            range(self.n_clients),
+            lambda: self.run_session.withdrawn,
+            known=(self.sums.global_sum is not None, self.sums.local_sum is not None),
+            run_ledger=self.run_ledger,
+            stopped=lambda: stopped_phases(self.server),
+        )
+        """What the observer is told: progress, running regret, epsilon."""
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.may_resume = checkpoint is not None if resume is None else resume
         """Whether this server may continue a run that already has broadcasts on the broker
@@ -191,8 +191,6 @@ class ServerAgent:
         those of the job's earlier runs. The lobby welcomes a client agent of any of them: a
         client process restarted while the server serves a later run replays the earlier
         runs first, and needs their sessions to."""
-        self.live_regret = 0.0  # running sum of global regret terms (display only)
-        self.live_local_regret = 0.0  # the same of the local terms (metrics only)
         self.fresh_telemetry = 0  # telemetry messages that added pulls (progress at the end)
         self._wakeup = asyncio.Event()
         self._history: list[Any] = []
@@ -233,20 +231,9 @@ class ServerAgent:
         self._wakeup.set()
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Fresh telemetry: the live regret sums (display and metrics), if someone reads them."""
+        """Fresh telemetry: counted (the end waits for it) and observed."""
         self.fresh_telemetry += 1
-        self.observer.on_evaluations(telemetry.count)
-        if not (self.observer.wants_progress or self.observer.wants_regret):
-            return
-        if telemetry.global_terms is not None:
-            self.live_regret += float(telemetry.global_terms.sum())
-        if telemetry.local_terms is not None:
-            self.live_local_regret += float(telemetry.local_terms.sum())
-        sums = self.sums
-        self.observer.on_regret(
-            cumulative=self.live_regret / self.n_clients if sums.global_sum is not None else None,
-            local=self.live_local_regret / self.n_clients if sums.local_sum is not None else None,
-        )
+        self.watch.telemetry(telemetry)
 
     # --------------------------------------------------------------------------- the phases
     @property
@@ -381,25 +368,8 @@ class ServerAgent:
     def _observe_phase(self, counts: PhaseCommunication, duration: float) -> None:
         """A phase closed: its counts, the round every active client reached, epsilon when
         due, and the progress."""
-        observer = self.observer
-        gone = self.party.left.difference(self.run_session.withdrawn)
-        observer.on_phase(counts, duration, active=self.active - len(gone))
-        observer.on_phase_reports(0)
-        still = np.ones(self.n_clients, dtype=bool)
-        still[list(self.run_session.withdrawn)] = False
-        observer.on_regret(t=int(self.sums.used.min(initial=self.budget, where=still)))
-        if self.run_ledger is not None and observer.privacy_due():
-            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
-        watch = self._epsilon_watch if observer.wants_details else None
-        known = self.sums.global_sum is not None
-        observer.on_progress(
-            int(self.sums.used.min()),
-            self.budget,
-            self.live_regret / self.n_clients if known else float("nan"),
-            phase=int(counts.phase),
-            evaluations=int(self.sums.used.sum()),
-            epsilon=None if watch is None else watch(),
-        )
+        leaving = self.party.left.difference(self.run_session.withdrawn)
+        self.watch.phase_closed(counts, duration, self.sums.used, leaving=len(leaving))
 
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic
@@ -499,9 +469,8 @@ class ServerAgent:
         observer = self.observer
         transport = transport_of(self.broker)
         family = None if self.local_only else self.family  # local DP: no regret known here
-        start_run(observer, self.config, self.run_id, transport, self.n_clients, family)
-        if self.run_ledger is not None:
-            observe_privacy(observer, self.run_ledger, self.n_clients, self.server)
+        self.watch.start(self.config, self.run_id, transport, regret_known(family, self.config))
+        self.watch.privacy()
         try:
             record = await self._run()
         except BaseException:
@@ -555,26 +524,9 @@ class ServerAgent:
         if self.run_ledger is not None:
             self.run_ledger.close()
         record = self._record(wall, privacy)
-        self._final_progress(record)
+        phase = self.phases[-1].phase if self.phases else None
+        self.watch.finished(record, self.sums.used, phase)
         return record
-
-    def _final_progress(self, record: RunRecord) -> None:
-        """One last update of a detailed progress display, once the telemetry and the ledger
-        are in: the clients' reports of their evaluations (and, local DP, their releases)
-        arrive after the phases, so only now are the rounds, evaluations and epsilon known."""
-        if not self.observer.wants_details:
-            return
-        still = np.ones(self.n_clients, dtype=bool)
-        still[list(self.run_session.withdrawn)] = False
-        cum = record.cumulative_regret
-        self.observer.on_progress(
-            int(self.sums.used.min(initial=self.budget, where=still)),
-            self.budget,
-            float(cum[-1]) if cum is not None and cum.size else float("nan"),
-            phase=self.phases[-1].phase if self.phases else None,
-            evaluations=int(self.sums.used.sum()),
-            epsilon=None if record.privacy is None else float(record.privacy["max_epsilon"]),
-        )
 
     async def _privacy_block(self) -> dict[str, Any] | None:
         """A private run's ``privacy`` block. Central DP: from the server's own ledger. Local

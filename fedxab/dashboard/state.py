@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedxab.dashboard.trials import CLIENTS_SHOWN, TrialFeed
-from fedxab.run.observe import PrivacyView, RunObserver
+from fedxab.run.observe import PrivacyView, Progress, RunObserver
 from fedxab.run.outcome import mean_best
 from fedxab.space import SearchSpace
 
@@ -470,11 +470,11 @@ class DashboardState(RunObserver):
         if best_mean is not None:
             self._update(lambda view: view.curves["observed"].add(view.round, best_mean))
 
-    def on_progress(self, done: int, total: int, cum: float, **details: Any) -> None:
-        def progress(view: RunView) -> None:
-            view.round = max(view.round, int(done))
+    def on_progress(self, progress: Progress) -> None:
+        def advance(view: RunView) -> None:
+            view.round = max(view.round, int(progress.done))
 
-        self._update(progress)
+        self._update(advance)
 
     def on_trial(self, client: int, trial: Any) -> None:
         self._update(lambda view: view.trials.add(int(client), trial, time.time()))

@@ -10,23 +10,20 @@ never branch on whether someone is watching, only on what the observer asks for
 (:attr:`RunObserver.wants_progress`, :meth:`RunObserver.privacy_due`), to skip work nobody
 reads.
 
-The helpers compute what observers are told: every client's epsilon from the ledger
-(:func:`observe_privacy`), the run's start (:func:`start_run`), the max epsilon for progress
-displays (:class:`EpsilonWatch`).
+What observers are told during a run is computed in one place,
+:class:`~fedxab.run.watch.RunWatch` (progress, running regret, epsilon), with the helpers here:
+every client's epsilon from the ledger (:func:`ledger_epsilons`) and the max epsilon for
+progress displays (:class:`EpsilonWatch`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedxab.run.accounting import stopped_phases
-from fedxab.run.assembly import regret_known
-
 if TYPE_CHECKING:
-    from fedxab.config import Config
-    from fedxab.objectives.families import ClientFamily
     from fedxab.objectives.history import TrialRecord
     from fedxab.privacy.run_ledger import RunLedger
 
@@ -36,13 +33,12 @@ __all__ = [
     "Observers",
     "PrivacyOnly",
     "PrivacyView",
+    "Progress",
     "ProgressCallback",
     "ProgressObserver",
     "RunObserver",
     "ledger_epsilons",
-    "observe_privacy",
     "observer_of",
-    "start_run",
 ]
 
 PROGRESS_UPDATES = 200
@@ -50,7 +46,22 @@ PROGRESS_UPDATES = 200
 
 ProgressCallback = Callable[..., None]
 """``progress(done, total, cumulative_regret)``; a callback with a true ``details`` attribute
-is also given ``phase``, ``evaluations`` and ``epsilon`` as keywords."""
+is also given ``phase``, ``evaluations`` and ``epsilon`` as keywords (:class:`Progress`)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress update: ``done`` of ``total`` per-client rounds (the round every active
+    client reached), the cumulative ``regret`` so far (NaN: the optimum is unknown) and, from
+    the federated runners, the ``phase``, the ``evaluations`` over all clients and the max
+    ``epsilon`` over clients so far (None: not known, or not computed)."""
+
+    done: int
+    total: int
+    regret: float
+    phase: int | None = None
+    evaluations: int | None = None
+    epsilon: float | None = None
 
 
 class PrivacyView:
@@ -190,9 +201,10 @@ class RunObserver:
     ) -> None:
         """The epsilon each client has spent so far, and the clients whose releases stopped."""
 
-    def on_progress(self, done: int, total: int, cum: float, **details: Any) -> None:
-        """``done`` of ``total`` per-client rounds, the cumulative regret so far; ``details``:
-        ``phase``, ``evaluations``, ``epsilon``."""
+    def on_progress(self, progress: Progress) -> None:
+        """The run's progress (:class:`Progress`: the round every active client reached, the
+        cumulative regret so far, and the details: ``phase``, ``evaluations``, ``epsilon``),
+        computed by :class:`~fedxab.run.watch.RunWatch`."""
 
     def on_trial(self, client: int, trial: TrialRecord) -> None:
         """Client ``client`` (hosted by this party) called its user's objective once: the
@@ -214,11 +226,19 @@ class ProgressObserver(RunObserver):
         self.details = bool(getattr(callback, "details", False))
         self.wants_details = self.details
 
-    def on_progress(self, done: int, total: int, cum: float, **details: Any) -> None:
+    def on_progress(self, progress: Progress) -> None:
+        p = progress
         if self.details:
-            self.callback(done, total, cum, **details)
+            self.callback(
+                p.done,
+                p.total,
+                p.regret,
+                phase=p.phase,
+                evaluations=p.evaluations,
+                epsilon=p.epsilon,
+            )
         else:
-            self.callback(done, total, cum)
+            self.callback(p.done, p.total, p.regret)
 
 
 class Observers(RunObserver):
@@ -303,43 +323,6 @@ def observer_of(
     if not observers:
         return RunObserver()
     return observers[0] if len(observers) == 1 else Observers(observers)
-
-
-def observe_privacy(
-    observer: RunObserver, run_ledger: RunLedger, n_clients: int, server: Any
-) -> None:
-    """Tell ``observer`` every client's epsilon so far (from ``run_ledger``), the budget, delta
-    and the clients whose releases stopped."""
-    budget = run_ledger.budget
-    observer.on_privacy(
-        ledger_epsilons(run_ledger, range(n_clients)),
-        budget_epsilon=None if budget is None else budget.epsilon,
-        delta=run_ledger.delta,
-        withdrawn=stopped_phases(server),
-    )
-
-
-def start_run(
-    observer: RunObserver,
-    config: Config,
-    run_id: str,
-    transport: str,
-    clients: int,
-    family: ClientFamily | None,
-) -> None:
-    """Tell ``observer`` that run ``run_id`` of ``config`` starts, seen by a party that observes
-    ``clients`` clients over ``transport`` (``inprocess``, ``memory``, ``kafka``)."""
-    global_known, local_known = regret_known(family, config)
-    observer.start_run(
-        run_id=run_id,
-        algorithm=config.algorithm.name,
-        objective=config.objective.name,
-        transport=transport,
-        clients=clients,
-        budget=config.run.budget,
-        regret_known=global_known,
-        local_regret_known=local_known,
-    )
 
 
 def ledger_epsilons(run_ledger: RunLedger, clients: Any) -> dict[int, float]:

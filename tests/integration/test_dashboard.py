@@ -156,7 +156,7 @@ class _PauseAt(RunObserver):
         self.reached = threading.Event()
         self.release = threading.Event()
 
-    def on_progress(self, done: int, total: int, cum: float, **details) -> None:
+    def on_progress(self, progress) -> None:
         self.updates -= 1
         if self.updates == 0:
             self.reached.set()

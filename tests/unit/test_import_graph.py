@@ -85,6 +85,7 @@ def test_an_algorithm_module_imports_no_io(module, algorithms_baseline):
         "fedxab.run.failures",
         "fedxab.run.job",
         "fedxab.run.server_party",
+        "fedxab.run.watch",
     ],
 )
 def test_the_run_sessions_import_no_io(module, run_core_baseline):

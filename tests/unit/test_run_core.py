@@ -22,9 +22,17 @@ ONLY_IN = {
     "receive": {"run/session.py"},  # a report reaches the state machine
     "ready": {"run/session.py"},  # the barrier
     "make_federation": {"run/assembly.py", "config.py"},  # a run's parts (config: validation)
+    # what observers are told during a run: computed by one watcher (fedxab.run.watch)
+    "on_progress": {"run/watch.py"},
+    "on_regret": {"run/watch.py"},
+    "on_observed": {"run/watch.py"},
+    "ledger_epsilons": {"run/watch.py", "run/observe.py"},  # observe: EpsilonWatch
+    "Progress": {"run/watch.py"},
 }
 """Calls that only these modules (outside algorithms/, which defines them) may make. (Closing a
-phase is the drivers' call of ``ServerSession.close_phase``: the counts below show it.)"""
+phase is the drivers' call of ``ServerSession.close_phase``: the counts below show it.) The
+runners' observation -- progress, regret, what clients observed, epsilon -- is computed in
+fedxab.run.watch alone: no runner keeps a copy that could drift."""
 
 
 def _calls(path: Path) -> set[str]:
