@@ -80,16 +80,8 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     known = f_star is not None
     if not known:
         log.warning("%s: optimum unknown, regret will not be recorded", objective.name)
-    observer.start_run(
-        run_id=run_id_for(config, seed),
-        algorithm=config.algorithm.name,
-        objective=config.objective.name,
-        transport="inprocess",
-        clients=1,
-        budget=budget,
-        regret_known=known,
-        local_regret_known=known,
-    )
+    watch = RunWatch(observer, budget, [0], known=(known, False))
+    watch.start(config, run_id_for(config, seed), "inprocess", (known, known))
     trials = getattr(objective, "trials", None)  # a user's objective: its calls, live
     if trials is not None and observer.wants_trials:
         trials.listener = functools.partial(observer.on_trial, 0)
@@ -98,7 +90,6 @@ def _run_single(config: Config, seed: int, observer: RunObserver) -> RunRecord:
     points = np.empty((budget, config.domain.shape[0]))  # x_t
     observed = np.empty(budget, dtype=np.float64)  # y_t
     seen = ObservedBest(0, budget, config.objective.direction)
-    watch = RunWatch(observer, budget, [0], known=(known, False))
     watched = observer.wants_progress or observer.wants_regret
     counted = 0  # rounds whose regret the watch holds
     f_ref = 0.0 if f_star is None else float(f_star)
