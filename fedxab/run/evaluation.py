@@ -376,6 +376,17 @@ class ClientEvaluator:
         return np.concatenate(parts) if parts else np.empty(0)
 
 
+_FLUSH_PULLS = 65_536
+"""Most pulls :meth:`RegretSums.flush` adds at once (it holds their terms and positions)."""
+
+
+def _concatenated(parts: list[np.ndarray | None]) -> np.ndarray:
+    """The terms of the entries, one after the other (check() refused entries without them)."""
+    arrays = [p for p in parts if p is not None]
+    assert len(arrays) == len(parts)
+    return np.concatenate(arrays) if len(arrays) > 1 else np.asarray(arrays[0])
+
+
 class RegretSums:
     """Per-round sums over clients of the regret terms, added in (phase, client) order.
 
@@ -455,19 +466,70 @@ class RegretSums:
                 raise ProtocolError(f"telemetry of client {telemetry.client} lacks {name!r}")
 
     def flush(self) -> None:
-        """Add every buffered telemetry into the sums, in (phase, client) order."""
-        for t in sorted(self._pending, key=lambda t: (t.phase, t.client, t.start)):
-            stop = t.start + t.count
-            if self.global_sum is not None:
-                assert t.global_terms is not None  # check() refused telemetry without them
-                self.global_sum[t.start : stop] += t.global_terms
-            if self.local_sum is not None:
-                assert t.local_terms is not None
-                self.local_sum[t.start : stop] += t.local_terms
-            self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
-            self.pulls_at[t.start : stop] += 1
-            self._add_simple(t)
+        """Add every buffered telemetry into the sums, in (phase, client) order, a few
+        thousand pulls at a time (:meth:`_add_in_order`)."""
+        pending = sorted(self._pending, key=lambda t: (t.phase, t.client, t.start))
         self._pending = []
+        chunk: list[Telemetry] = []
+        pulls = 0
+        for t in pending:
+            if chunk and pulls + t.count > _FLUSH_PULLS:
+                self._add_in_order(chunk)
+                chunk, pulls = [], 0
+            chunk.append(t)
+            pulls += t.count
+        if chunk:
+            self._add_in_order(chunk)
+
+    def _add_in_order(self, pending: list[Telemetry]) -> None:
+        """Add ``pending`` (sorted) into the sums: all the entries at once, as ``np.add.at``
+        adds unbuffered, one value after the other in the order given, so that each round's sum
+        is the sequence of additions a loop over the entries would make, bit for bit. A phase of
+        one pull per client (centralised HCT: M entries of one term each, every round) so costs
+        a few array operations rather than a few per client."""
+        counts = np.array([t.count for t in pending], dtype=np.int64)
+        starts = np.array([t.start for t in pending], dtype=np.int64)
+        offsets = np.cumsum(counts) - counts  # each entry's first index in the concatenation
+        at = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - offsets, counts)
+        global_terms = local_terms = None
+        if self.global_sum is not None:
+            global_terms = _concatenated([t.global_terms for t in pending])
+            np.add.at(self.global_sum, at, global_terms)
+        if self.local_sum is not None:
+            local_terms = _concatenated([t.local_terms for t in pending])
+            np.add.at(self.local_sum, at, local_terms)
+        np.add.at(self.pulls_at, at, 1)
+        for t in pending:
+            self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
+        if not self._one_pull_each(pending, counts, starts):
+            for t in pending:
+                self._add_simple(t)
+            return
+        # one term per client, right after its last one: its running minimum is one np.minimum
+        ms = np.array([t.client for t in pending], dtype=np.int64)
+        for total, best, terms in (
+            (self.global_simple_sum, self._best_global, global_terms),
+            (self.local_simple_sum, self._best_local, local_terms),
+        ):
+            if total is not None and terms is not None:
+                running = np.minimum(terms, best[ms])
+                np.add.at(total, starts, running)
+                best[ms] = running
+        np.add.at(self._simple_count, starts, 1)
+        self._covered[ms] = starts + 1
+
+    def _one_pull_each(
+        self, pending: list[Telemetry], counts: np.ndarray, starts: np.ndarray
+    ) -> bool:
+        """Whether :meth:`_add_simple` of each entry would add one term and carry nothing:
+        one entry of one pull per client, none before or after a gap in its positions."""
+        if not self._simple_ok or not np.all(counts == 1):
+            return False
+        clients = [t.client for t in pending]
+        if len(set(clients)) != len(clients):
+            return False
+        covered = self._covered[clients]
+        return bool(np.all((starts == covered) | (covered == 0)))
 
     def _add_simple(self, t: Telemetry) -> None:
         """Client ``t.client``'s running minima over positions ``t.start .. stop - 1``."""

@@ -214,3 +214,59 @@ def test_a_curve_of_the_wrong_length_is_rejected():
     d = _record(True).to_dict() | {"local_simple_regret": [0.1, 0.2]}
     with pytest.raises(ResultsError, match="local_simple_regret"):
         RunRecord.from_dict(d)
+
+
+def test_one_pull_phases_give_the_same_sums_flushed_each_phase_at_the_end_or_in_pieces(
+    monkeypatch,
+):
+    """Centralised HCT's shape: every phase, each asked client pulls once (here some skip a
+    phase, leaving gaps). Flushing after every phase (one term per client: the vectorised
+    path), once at the end (several entries per client) and at the end in pieces of 7 pulls
+    give the same sums bit for bit, and the cumulative sums are a loop's additions in
+    (phase, client) order."""
+    rng = np.random.default_rng(5)
+    m, budget = 6, 40
+    used = [0] * m
+    phases = []
+    for phase in range(1, budget + 1):
+        asked = [c for c in range(m) if rng.random() < 0.8 and used[c] < budget]
+        phases.append(
+            [
+                _tel(phase, c, used[c], rng.random(1) * 10.0 ** rng.integers(-3, 3), rng.random(1))
+                for c in asked
+            ]
+        )
+        for c in asked:
+            used[c] += 1
+
+    def run(flush_each_phase):
+        sums = _sums(m, budget)
+        for entries in phases:
+            for t in reversed(entries):
+                sums.add(t)
+            if flush_each_phase:
+                sums.flush()
+        sums.flush()
+        return sums
+
+    each, end = run(True), run(False)
+    monkeypatch.setattr("fedxab.run.evaluation._FLUSH_PULLS", 7)
+    pieces = run(False)
+    expected = np.zeros(budget)
+    for entries in phases:
+        for t in entries:
+            expected[t.start] = float(expected[t.start]) + float(t.global_terms[0])
+    assert each.global_sum.tobytes() == expected.tobytes()
+    rounds = np.arange(1, budget + 1)
+    for other in (end, pieces):
+        for name in (
+            "global_sum",
+            "local_sum",
+            "pulls_at",
+            "global_simple_sum",
+            "local_simple_sum",
+        ):
+            assert getattr(each, name).tobytes() == getattr(other, name).tobytes(), name
+        assert each.evaluations_by_phase == other.evaluations_by_phase
+        for a, b in zip(each.simple_curves(rounds), other.simple_curves(rounds), strict=True):
+            assert a.tobytes() == b.tobytes()
