@@ -440,7 +440,7 @@ def evaluate_checked(evaluate: Evaluate, X: np.ndarray) -> np.ndarray:
         raise InvalidRewardError(
             f"evaluate() returned {rewards.shape[0]} rewards for {len(X)} points"
         )
-    if not np.all(np.isfinite(rewards)):
+    if not np.isfinite(rewards).all():
         bad = int(np.nonzero(~np.isfinite(rewards))[0][0])
         check_reward(rewards[bad], field=f"reward at {X[bad].tolist()}")
     return rewards

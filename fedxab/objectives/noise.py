@@ -46,7 +46,7 @@ _FIELD = "objective.noise"
 
 def _as_values(fx: np.ndarray) -> np.ndarray:
     arr = np.asarray(fx, dtype=float)
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise ObjectiveError(f"noise: the noise-free values f(x) must be finite, got {arr!r}")
     return arr
 
