@@ -25,6 +25,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 
+from fedxab.algorithms.lbfgsb import minimize_box
 from fedxab.algorithms.rff import (
     FeatureFunction,
     RandomFeatures,
@@ -131,9 +132,9 @@ class AcquisitionMaximiser:
             return -value, -grad
 
         for start in rng.uniform(lo, hi, size=(self.n_restarts, dim)):
-            res = minimize(negated, start, jac=True, method="L-BFGS-B", bounds=box)
-            if -res.fun >= v_best:
-                x_best, v_best = np.clip(res.x, lo, hi), float(-res.fun)
+            x, value = minimize_box(negated, start, box)  # scipy's L-BFGS-B (lbfgsb.py)
+            if -value >= v_best:
+                x_best, v_best = np.clip(x, lo, hi), float(-value)
         return x_best, v_best
 
 
