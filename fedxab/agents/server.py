@@ -8,25 +8,10 @@ after ``[agents] phase_deadline_s``, when a ``quorum`` has (:class:`~fedxab.conf
 checkpoint; publish the next
 broadcast. The final :class:`~fedxab.algorithms.protocol.Finished` is broadcast like a phase.
 
-Every received message is handed to the agent's sans-I/O party (:attr:`ServerAgent.party`, a
-:class:`~fedxab.run.server_party.ServerParty`), which classifies it once and counts it in
-:attr:`~fedxab.run.server_party.ServerParty.counts`: ``accepted``; ``duplicate`` (same client and
-phase again); ``late`` (an earlier phase); ``invalid`` (undecodable, another run, unknown client,
-wrong kind, a future phase, or a report the state machine rejects: NaN, wrong length, ...). A
-rejected message changes no state and never stops the agent; each gets one log line naming the
-reason, and is counted by topic and reason in
-:attr:`~fedxab.run.server_party.ServerParty.rejected` (and the metric
-``fedxab_messages_rejected``). The party also builds every record the agent publishes.
-
-Every execution has its session (:mod:`fedxab.agents.lobby`): the server draws 128 random bits
-at its first start, keeps them in its checkpoint, writes them into every broadcast and gives
-them to each client agent in the lobby's welcome. A report, telemetry, leave, outcome or failure
-message of another session than this execution's is refused (``replay``): the run id of a job
-repeats in every execution, the session does not. A signing run
-(:func:`~fedxab.security.agents.signing_on`) also refuses a message whose signature does not
-match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
-``malformed``); such failures name a client's key as wrong only by the rule of
-:class:`~fedxab.security.agents.KeyWatch` (forgeries are counted, never blamed on a client).
+Every record read is handed to the agent's sans-I/O party (:attr:`ServerAgent.party`, a
+:class:`~fedxab.run.server_party.ServerParty`), which admits, classifies and counts it (sessions,
+signatures and the reasons of a refusal: :mod:`fedxab.run.server_party`) and builds every record
+the agent publishes; a refused record changes no state and never stops the agent.
 
 With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the agent also exports
 the server's view of the run as it goes: every message's classification (reports by outcome,
@@ -70,7 +55,7 @@ from fedxab.config import Config
 from fedxab.errors import ConfigError, FedxabError
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
-from fedxab.run.accounting import PhaseCommunication, regret_coverage, stopped_phases
+from fedxab.run.accounting import PhaseCommunication, stopped_phases
 from fedxab.run.assembly import build_run, regret_known
 from fedxab.run.evaluation import RegretSums, Telemetry
 from fedxab.run.identity import protocol_of
@@ -220,14 +205,9 @@ class ServerAgent:
         self, telemetry: list[Telemetry], outcomes: Collection[ClientOutcome] = ()
     ) -> None:
         """A client agent of this process (``local_clients``) hands over its clients' full
-        telemetry and, at the end, their outcomes (with their trials), on this agent's event
-        loop: what the broker does not carry under local DP. The copies that come over the
-        broker too (counts only) are then duplicates."""
-        for t in telemetry:
-            if self.run_session.add_telemetry(t):
-                self._observe_telemetry(t)
-        for outcome in outcomes:
-            self.run_session.add_outcome(outcome)
+        telemetry and outcomes (:meth:`ServerParty.take_local
+        <fedxab.run.server_party.ServerParty.take_local>`), on this agent's event loop."""
+        self.party.take_local(telemetry, outcomes)
         self._wakeup.set()
 
     def _observe_telemetry(self, telemetry: Telemetry) -> None:
@@ -409,25 +389,7 @@ class ServerAgent:
             progress=lambda: (self.fresh_telemetry, len(self.party.left)),
             repeat=lambda: self._publish(self.finished),
         )
-        gone = sorted(set(range(self.n_clients)) - self.party.left)
-        if gone:
-            log.warning(
-                "run %s: %d client(s) did not confirm the final answer (first: %s)",
-                self.run_id,
-                len(gone),
-                gone[:5],
-            )
-        coverage = regret_coverage(self.sums, expected)
-        if coverage is not None:
-            log.warning(
-                "run %s: telemetry incomplete for %d client(s) (first: %s); the regret counts "
-                "%d of %d pulls (results: regret_coverage)",
-                self.run_id,
-                len(coverage["clients"]),
-                coverage["clients"][:5],
-                coverage["pulls_received"],
-                coverage["pulls_expected"],
-            )
+        self.party.warn_incomplete(expected)
 
     async def _linger(
         self,

@@ -14,6 +14,21 @@ here too: its broadcasts and abort (:meth:`ServerParty.broadcast_record`,
 :meth:`ServerParty.abort_record`) and, under central DP, its ledger-topic records
 (:meth:`ServerParty.budget_records`, :meth:`ServerParty.ledger_records`), each sealed in the
 execution's session (:attr:`ServerParty.signing_session`) if the run signs.
+
+The classification: ``accepted``; ``duplicate`` (same client and phase again); ``late`` (an
+earlier phase); ``invalid`` (undecodable, another run, unknown client, wrong kind, a future phase,
+or a report the state machine rejects: NaN, wrong length, ...), counted by topic and reason (and
+the metric ``fedxab_messages_rejected``). A refused record changes no state.
+
+Every execution has its session (:mod:`fedxab.agents.lobby`): the server draws 128 random bits
+at its first start, keeps them in its checkpoint, writes them into every broadcast and gives
+them to each client agent in the lobby's welcome. A report, telemetry, leave, outcome or failure
+message of another session than this execution's is refused (``replay``): the run id of a job
+repeats in every execution, the session does not. A signing run
+(:func:`~fedxab.security.agents.signing_on`) also refuses a message whose signature does not
+match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
+``malformed``); such failures name a client's key as wrong only by the rule of
+:class:`~fedxab.security.agents.KeyWatch` (forgeries are counted, never blamed on a client).
 """
 
 from __future__ import annotations
@@ -22,7 +37,7 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +45,7 @@ import numpy as np
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.errors import ProtocolError
 from fedxab.privacy.best import checked_best_release
+from fedxab.run.accounting import regret_coverage
 from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.failures import failure_body, failure_text
@@ -341,6 +357,19 @@ class ServerParty:
             return False
         return True
 
+    def take_local(
+        self, telemetry: list[Telemetry], outcomes: Collection[ClientOutcome] = ()
+    ) -> None:
+        """A client agent of the same process (``local_clients``) hands over its clients' full
+        telemetry and, at the end, their outcomes (with their trials): what the broker does
+        not carry under local DP. The copies that come over the broker too (counts only) are
+        then duplicates."""
+        for t in telemetry:
+            if self.run_session.add_telemetry(t):
+                self.on_telemetry(t)
+        for outcome in outcomes:
+            self.run_session.add_outcome(outcome)
+
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
         each of client ``m``, of a phase up to the envelope's, accepted by the regret sums."""
@@ -400,6 +429,30 @@ class ServerParty:
         if self.phase_deadline_s is None:
             parts.append("without [agents] phase_deadline_s a phase waits for every client")
         return "; ".join(parts)
+
+    def warn_incomplete(self, expected: np.ndarray) -> None:
+        """At the end: one warning naming the clients that did not confirm the final answer
+        (no ``leave``), one naming those whose telemetry does not cover the pulls ``expected``
+        of them (:func:`~fedxab.run.accounting.regret_coverage`)."""
+        gone = sorted(set(range(self.n_clients)) - self.left)
+        if gone:
+            log.warning(
+                "run %s: %d client(s) did not confirm the final answer (first: %s)",
+                self.run_id,
+                len(gone),
+                gone[:5],
+            )
+        coverage = regret_coverage(self.run_session.sums, expected)
+        if coverage is not None:
+            log.warning(
+                "run %s: telemetry incomplete for %d client(s) (first: %s); the regret counts "
+                "%d of %d pulls (results: regret_coverage)",
+                self.run_id,
+                len(coverage["clients"]),
+                coverage["clients"][:5],
+                coverage["pulls_received"],
+                coverage["pulls_expected"],
+            )
 
     # ------------------------------------------------------------------------ writing
     def broadcast_record(self, msg: Any) -> tuple[bytes, int]:

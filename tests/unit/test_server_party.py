@@ -219,3 +219,26 @@ def test_the_waiting_text_names_who_is_missing_and_why():
     assert f"run {RUN_ID}: phase 1 has waited 12 s for 3 of 4 clients" in text
     assert "never joined: 2, 3" in text and "joined, no report yet: 1" in text
     assert "phase_deadline_s" in text
+
+
+def test_telemetry_handed_over_in_process_is_added_and_told_once():
+    told = []
+    party, broadcast = _party(on_telemetry=told.append)
+    hosted = _clients()
+    _, telemetry, _ = hosted.answer(3, broadcast)
+    party.take_local([telemetry, telemetry], [hosted.outcome(3)])
+    assert [(t.client, t.count) for t in told] == [(3, telemetry.count)]
+    assert list(party.run_session.outcomes) == [3]
+    assert party.counts == {}  # (nothing came over the broker)
+
+
+def test_at_the_end_the_missing_leaves_and_telemetry_are_named(caplog):
+    party, broadcast = _party()
+    _, telemetry, _ = _clients().answer(0, broadcast)
+    party.on_control(_record("telemetry", 0, 1, telemetry_to_wire([telemetry])))
+    party.on_control(_record("leave", 0, 1, {}))
+    with caplog.at_level(logging.WARNING, logger="fedxab.run.server_party"):
+        party.warn_incomplete(party.run_session.expected_use())
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"run {RUN_ID}: 3 client(s) did not confirm the final answer (first: [1, 2, 3])" in lines
+    assert any("telemetry incomplete for 4 client(s)" in line for line in lines), lines
