@@ -27,6 +27,7 @@ from fedxab.broker.faults import FaultyBroker
 from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.results import RunRecord
+from fedxab.run.client_party import ClientParty
 from fedxab.run.job import client_slices
 
 SEED = 3
@@ -398,13 +399,14 @@ def test_a_lost_final_answer_is_repeated_until_every_client_has_left(algorithm):
 
 
 def _where_answers_run(monkeypatch, slow_answer: int | None = None) -> list[str]:
-    """Records where each ``ClientAgent.answer_all`` runs: ``"loop"`` (the main thread, the
-    event loop's) or ``"thread"``; the ``slow_answer``-th (1-based) first sleeps 0.6 s."""
+    """Records where each ``ClientParty.answer_all`` of a client agent runs: ``"loop"`` (the
+    main thread, the event loop's) or ``"thread"``; the ``slow_answer``-th (1-based) first
+    sleeps 0.6 s."""
     import threading
     import time
 
     where: list[str] = []
-    answer_all = ClientAgent.answer_all
+    answer_all = ClientParty.answer_all
 
     def recording(self, broadcast):
         main = threading.current_thread() is threading.main_thread()
@@ -413,7 +415,7 @@ def _where_answers_run(monkeypatch, slow_answer: int | None = None) -> list[str]
             time.sleep(0.6)
         return answer_all(self, broadcast)
 
-    monkeypatch.setattr(ClientAgent, "answer_all", recording)
+    monkeypatch.setattr(ClientParty, "answer_all", recording)
     return where
 
 

@@ -125,7 +125,7 @@ def test_replayed_and_forged_broadcasts_of_other_executions_change_nothing(confi
     assert _without_time(record) == _without_time(Federation(config, SEED).run())
     assert np.array_equal(finished.recommendation, record.recommendation)
     for agent in (first, last):
-        assert agent.session == server.party.signing_session
+        assert agent.party.session == server.party.signing_session
         assert agent.counts["broadcast_invalid"] >= 3 + len(earlier)
 
 

@@ -4,16 +4,17 @@ Hypothesis feeds 10,000 byte strings to each target: arbitrary bytes, and valid 
 bytes flipped, inserted, deleted or truncated. The decoder must raise ProtocolError or return a
 well-formed envelope; the server party (:mod:`fedxab.run.server_party`, phase 1 open) must
 classify every record exactly once (accepted, duplicate, late or invalid) with one log line per
-rejection, and its state may change only by an accepted report; a live client agent must return a
-valid broadcast or count it invalid. One live server agent, run to its end over the in-memory
-broker, takes mutated records on its report and control topics the same way (the smoke test of
-the agent's consumers).
+rejection, and its state may change only by an accepted report; the client party
+(:mod:`fedxab.run.client_party`) must return a valid broadcast or count it invalid. One live
+server agent and one live client agent, each run to its end over the in-memory broker, take
+mutated records on their topics the same way (the smoke tests of the agents' consumers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +29,7 @@ from fedxab.broker.memory import MemoryBroker
 from fedxab.config import config_from_dict
 from fedxab.errors import ProtocolError
 from fedxab.run.assembly import build_run
+from fedxab.run.client_party import ClientParty
 from fedxab.run.observe import RunObserver
 from fedxab.run.server_party import ServerParty
 
@@ -44,14 +46,16 @@ RUN_ID = run_id_for(CONFIG, 0)
 
 
 def _live_pair():
-    """The server party with phase 1 open, a client agent, and valid wire bytes of each side."""
-    broker = MemoryBroker()
+    """The server party with phase 1 open, a client party, and valid wire bytes of each side."""
     session = build_run(CONFIG, 0, run_id=RUN_ID, server=True).server
     party = ServerParty(
         CONFIG, session, run_id=RUN_ID, signer=None, max_bytes=1 << 20, observer=RunObserver()
     )
     broadcast, _ = party.replay([])
-    client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=[0, 1])
+    parts = build_run(CONFIG, 0, run_id=RUN_ID, server=False, client_ids=[0, 1])
+    client = ClientParty(
+        CONFIG, 0, parts, run_id=RUN_ID, max_message_bytes=1 << 20, observer=RunObserver()
+    )
     broadcast_bytes = Envelope(
         run_id=RUN_ID,
         kind="broadcast",
@@ -61,11 +65,11 @@ def _live_pair():
         payload=packb(broadcast.to_wire()),
     ).encode()
     m, report = client.answer_all(broadcast)[0]
-    report_bytes = client._envelope("report", m, session.phase, "r", packb(report.to_wire()))
+    report_bytes = client.envelope("report", m, session.phase, "r", packb(report.to_wire()))
     return party, client, broadcast_bytes, report_bytes
 
 
-SERVER_PARTY, CLIENT_AGENT, BROADCAST, REPORT = _live_pair()
+SERVER_PARTY, CLIENT_PARTY, BROADCAST, REPORT = _live_pair()
 
 
 @st.composite
@@ -180,22 +184,55 @@ def test_a_live_server_agent_counts_junk_on_its_topics_and_finishes_the_run():
     assert result.cumulative_regret.tolist() == clean.cumulative_regret.tolist()
 
 
-@pytest.mark.slow  # live agents: about 18 s
+@pytest.mark.slow  # 10,000 records
 @FUZZ
 @given(data=mutated(BROADCAST))
-def test_a_live_client_agent_rejects_bad_broadcasts(data):
-    agent = CLIENT_AGENT
-    before = agent.counts["broadcast_invalid"]
-    msg = agent.decode(Record("t", 0, 0, None, data))
+def test_a_client_party_rejects_bad_broadcasts(data):
+    party = CLIENT_PARTY
+    before = party.counts["broadcast_invalid"]
+    msg = party.on_broadcast(data)
     if msg is None:
-        assert agent.counts["broadcast_invalid"] == before + 1
+        assert party.counts["broadcast_invalid"] == before + 1
     else:
-        assert agent.counts["broadcast_invalid"] == before
+        assert party.counts["broadcast_invalid"] == before
         assert int(msg.phase) >= 0
+
+
+def test_a_live_client_agent_skips_bad_broadcasts_and_finishes():
+    """The client agent's I/O shell, live on the embedded broker: mutated copies of a broadcast
+    published once the run began are refused (counted once each) and the run finishes as
+    without them."""
+    rng = random.Random(0)
+    garbage = []
+    for _ in range(20):  # the broadcast with one bit flipped (of no session: all refused)
+        data = bytearray(BROADCAST)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        garbage.append(bytes(data))
+
+    async def main(records):
+        async with MemoryBroker() as broker:
+            topic = run_topics("fedxab", RUN_ID)["broadcast"]
+
+            async def inject():
+                while not broker.records(topic):  # the server's first broadcast
+                    await asyncio.sleep(0.01)
+                await broker.publish_many(topic, [(None, value) for value in records])
+
+            server = ServerAgent(CONFIG, 0, broker, run_id=RUN_ID)
+            client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=[0, 1, 2, 3])
+            async with asyncio.timeout(60):
+                record, *_ = await asyncio.gather(server.run(), client.run(), inject())
+        return record, client
+
+    clean, _ = asyncio.run(main([]))
+    record, client = asyncio.run(main(garbage))
+    assert client.counts["broadcast_invalid"] == len(garbage)  # none is of this session
+    assert record.recommendation.tolist() == clean.recommendation.tolist()
+    assert record.evaluations == clean.evaluations
 
 
 def test_the_fuzzing_reached_every_outcome():
     """The mutations exercise rejection paths (invalid) and, rarely, produce valid copies."""
     counts = SERVER_PARTY.counts
     assert counts["report_invalid"] > EXAMPLES // 2
-    assert CLIENT_AGENT.counts["broadcast_invalid"] > EXAMPLES // 2
+    assert CLIENT_PARTY.counts["broadcast_invalid"] > EXAMPLES // 2

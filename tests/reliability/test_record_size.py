@@ -68,8 +68,8 @@ def test_a_client_agent_refuses_a_broadcast_by_its_size_before_decoding(caplog):
     agent = ClientAgent(
         CONFIG, 0, MemoryBroker(max_message_bytes=LIMIT), run_id=RUN_ID, client_ids=[0]
     )
-    assert agent.decode(_probe(LIMIT)) is None
-    assert agent.decode(_probe(LIMIT + 1)) is None
+    assert agent.party.on_broadcast(_probe(LIMIT).value) is None
+    assert agent.party.on_broadcast(_probe(LIMIT + 1).value) is None
     assert agent.counts["broadcast_invalid"] == 2
     reasons = [r.getMessage().split("(")[1].split(")")[0] for r in caplog.records]
     assert reasons == ["malformed", "too_large"]

@@ -86,6 +86,7 @@ def test_an_algorithm_module_imports_no_io(module, algorithms_baseline):
         "fedxab.run.job",
         "fedxab.run.server_party",
         "fedxab.run.watch",
+        "fedxab.run.client_party",
     ],
 )
 def test_the_run_sessions_import_no_io(module, run_core_baseline):

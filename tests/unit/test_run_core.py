@@ -60,15 +60,20 @@ SHELL_MAY_NOT_CALL = {
     "admit": "envelope admission",
     "classify": "classifying a report",
     "decode": "decoding an envelope or a message",
+    "decode_broadcast": "decoding a broadcast",
+    "decode_report": "decoding a report",
+    "check_phase": "checking a payload's phase",
     "body": "decoding a payload",
     "unpackb": "decoding a payload",
     "packb": "encoding a payload",
     "Envelope": "building an envelope",
     "encode": "encoding an envelope",
+    "encode_envelope": "encoding an envelope",
     "seal": "signing a record",
     "seal_about": "signing a record",
     "seal_for_every_client": "signing a record",
     "telemetry_from_wire": "decoding telemetry",
+    "telemetry_to_wire": "encoding telemetry",
     "failure_text": "decoding a failure",
     "failure_body": "encoding a failure",
     "checked_best_release": "decoding a best-value release",
@@ -79,16 +84,31 @@ SHELL_MAY_NOT_CALL = {
 }
 """What an agent, an asyncio and broker shell, leaves to its sans-I/O party (calls by name)."""
 
-SHELLS = ["agents/server.py"]
+SHELLS = ["agents/server.py", "agents/client.py"]
+
+SHELL_MAY_NOT_IMPORT = {
+    "fedxab.broker.codec",
+    "fedxab.run.envelope",
+    "fedxab.algorithms.registry",
+    "fedxab.privacy.mirror",
+}
+"""What builds or reads records (modules): a shell imports none of them."""
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
 
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_an_agent_holds_no_admission_decoding_or_record_building(shell):
-    """The agents move records; their parties (fedxab.run.server_party) say what each means."""
+    """The agents move records; their parties (fedxab.run.server_party, client_party) say what
+    each means."""
     found = {
         name: SHELL_MAY_NOT_CALL[name] for name in _calls(PACKAGE / shell) & set(SHELL_MAY_NOT_CALL)
     }
     assert found == {}
+    assert _imports(PACKAGE / shell) & SHELL_MAY_NOT_IMPORT == set()
 
 
 CONFIG = config_from_dict(
