@@ -34,7 +34,7 @@ Run: ``.venv/bin/python benchmarks/bench_tuning.py [--quick] [--seeds 0-9] [--bu
 [--tasks ...] [--algorithms auto,fedpne,pfhct,ftsde|none]
 [--references tpe,random,pooled-tpe,exhaustive|none] [--sites 4] [--json OUT]``; ``--json`` is
 rewritten after every task and budget, and ``--from-json A.json B.json ...`` prints the tables
-of separate runs merged, without running.
+of separate runs merged (of the ``--budgets`` asked), without running.
 """
 
 from __future__ import annotations
@@ -506,13 +506,16 @@ def render(record: dict[str, Any]) -> None:
         print(md_table(["task", "budget", "mean diff", "p", "verdict"], verdicts))
 
 
-def merged(paths: list[Path]) -> dict[str, Any]:
-    """The ``--json`` records of several runs as one (their tasks, budgets and methods)."""
+def merged(paths: list[Path], budgets: set[str]) -> dict[str, Any]:
+    """The ``--json`` records of several runs as one (their tasks, budgets and methods), for
+    the ``budgets`` asked."""
     record: dict[str, Any] = {"tasks": {}}
     for path in paths:
         part = json.loads(path.read_text())
-        for name, budgets in part["tasks"].items():
-            for budget, cell in budgets.items():
+        for name, cells in part["tasks"].items():
+            for budget, cell in cells.items():
+                if budget not in budgets:
+                    continue
                 record["tasks"].setdefault(name, {}).setdefault(budget, {}).update(cell)
     return record
 
@@ -536,7 +539,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.from_json:
-        render(merged(args.from_json))
+        render(merged(args.from_json, {b.strip() for b in args.budgets.split(",")}))
         return
     seeds = parse_seeds(args.seeds)
     budgets = [int(b) for b in args.budgets.split(",")]
