@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 from scipy.optimize import minimize
@@ -44,10 +45,11 @@ def minimize_box(fun: Objective, x0: np.ndarray, box: np.ndarray) -> tuple[np.nd
     """``(x, f)``: ``minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=box)``'s ``x`` and
     ``fun``; ``fun(x)`` returns the value (a float) and the gradient (D,); ``box`` is (D, 2)."""
     box = np.asarray(box, dtype=float)
-    if _step_routine() is None or not np.all(box[:, 0] < box[:, 1]):
+    setulb = _step_routine()
+    if setulb is None or not np.all(box[:, 0] < box[:, 1]):
         res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=box)
         return res.x, res.fun
-    return _drive(_step_routine(), fun, x0, box)
+    return _drive(setulb, fun, x0, box)
 
 
 def _drive(setulb: Callable[..., None], fun: Objective, x0: np.ndarray, box: np.ndarray):
@@ -64,7 +66,8 @@ def _drive(setulb: Callable[..., None], fun: Objective, x0: np.ndarray, box: np.
     at = x.copy()
     value, grad = _evaluated(fun, at)  # minimize evaluates the start point first
     evaluations, iterations = 1, 0
-    f, g = np.array(0.0), np.zeros(n)
+    f: Any = np.array(0.0)  # then the value, a float, as minimize's driver hands it on
+    g = np.zeros(n)
     while True:
         g = g.astype(np.float64)
         setulb(m, x, low, high, bounded, f, g, factr, _GTOL, work, iwork, task, lsave, isave,
@@ -90,7 +93,7 @@ def _evaluated(fun: Objective, x: np.ndarray) -> tuple[float, np.ndarray]:
     value, grad = fun(x.copy())
     if not np.isscalar(value):
         value = np.asarray(value).item()
-    return value, np.atleast_1d(np.asarray(grad, dtype=float))
+    return cast(float, value), np.atleast_1d(np.asarray(grad, dtype=float))
 
 
 @functools.cache
