@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from rich.text import Text
 from fedxab.cli.common import errors_as_exit_code, make_console
 from fedxab.cli.render import fmt
 from fedxab.errors import FedxabError
+
+if TYPE_CHECKING:
+    from fedxab.security.signing import Signer
 
 
 def _cell(column: str, value: object) -> str:
@@ -179,25 +182,13 @@ def _rebuild(
     from fedxab.agents.ledger_mirror import NothingToRebuild, rebuild_from_broker
     from fedxab.config import load_config
     from fedxab.privacy.mirror import HOSTILE
-    from fedxab.security.agents import keyring_in, verifier_in
-    from fedxab.security.signing import HmacSigner, Signer
 
     if not broker.startswith("kafka://"):
         raise FedxabError(f"--rebuild-from: expected kafka://HOST:PORT, got {broker!r}")
-    if keys_dir is not None and verify is not None:
-        raise FedxabError(
-            "--keys-dir (HMAC client keys) and --verify (Ed25519 public keys): give one, the "
-            "keys of the run's scheme"
-        )
     settings = None if config is None else load_config(config).broker
     if config is not None and settings is None:
         raise FedxabError(f"--config: {config} is a single-agent job: it has no [broker] section")
-    signer: Signer | None = None
-    if verify is not None:
-        signer = verifier_in(verify)
-    elif keys_dir is not None:
-        keyring = keyring_in(keys_dir)
-        signer = HmacSigner(keyring, max(keyring) + 1)  # ledger records carry one tag each
+    signer = _ledger_verifier(keys_dir, verify)
     try:
         rebuilt, clients = rebuild_from_broker(ledger, broker, namespace, run_id, signer, settings)
     except NothingToRebuild as exc:
@@ -227,6 +218,25 @@ def _rebuild(
             "still going or they stopped early; what they published is counted[/]"
         )
     return hostile
+
+
+def _ledger_verifier(keys_dir: Path | None, verify: Path | None) -> Signer | None:
+    """What checks the ledger records' signatures: the run's HMAC client keys (``--keys-dir``)
+    or its Ed25519 public keys (``--verify``), at most one; None without keys."""
+    from fedxab.security.agents import keyring_in, verifier_in
+    from fedxab.security.signing import HmacSigner
+
+    if keys_dir is not None and verify is not None:
+        raise FedxabError(
+            "--keys-dir (HMAC client keys) and --verify (Ed25519 public keys): give one, the "
+            "keys of the run's scheme"
+        )
+    if verify is not None:
+        return verifier_in(verify)
+    if keys_dir is None:
+        return None
+    keyring = keyring_in(keys_dir)
+    return HmacSigner(keyring, max(keyring) + 1)  # ledger records carry one tag each
 
 
 def _verify_ledger(ledger: Path, public_keys: Path, run_id: str | None) -> None:
