@@ -209,19 +209,31 @@ def test_a_live_client_agent_skips_bad_broadcasts_and_finishes():
         data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
         garbage.append(bytes(data))
 
+    topic = run_topics("fedxab", RUN_ID)["broadcast"]
+
+    class Injecting(MemoryBroker):
+        """Appends the garbage right behind the server's first record on the broadcast topic,
+        before any reader can run, so the client reads it before the run's next phase (a
+        garbage published by another task could land after the final answer, unread)."""
+
+        injected = False
+        garbage: list[bytes] = []  # noqa: RUF012 (set per run below)
+
+        async def publish(self, topic_: str, key: str | None, value: bytes) -> None:
+            await super().publish(topic_, key, value)
+            if topic_ == topic and not self.injected:
+                self.injected = True
+                for junk in self.garbage:
+                    await super().publish(topic_, None, junk)
+
     async def main(records):
-        async with MemoryBroker() as broker:
-            topic = run_topics("fedxab", RUN_ID)["broadcast"]
-
-            async def inject():
-                while not broker.records(topic):  # the server's first broadcast
-                    await asyncio.sleep(0.01)
-                await broker.publish_many(topic, [(None, value) for value in records])
-
+        async with Injecting() as broker:
+            broker.garbage = records
             server = ServerAgent(CONFIG, 0, broker, run_id=RUN_ID)
             client = ClientAgent(CONFIG, 0, broker, run_id=RUN_ID, client_ids=[0, 1, 2, 3])
             async with asyncio.timeout(60):
-                record, *_ = await asyncio.gather(server.run(), client.run(), inject())
+                record, _ = await asyncio.gather(server.run(), client.run())
+        assert broker.injected
         return record, client
 
     clean, _ = asyncio.run(main([]))
