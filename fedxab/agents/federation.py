@@ -177,15 +177,7 @@ class Federation:
     def run(self, progress: ProgressCallback | None = None) -> RunRecord:
         """Run the federation to its end; the record of regret, answer and communication."""
         observer = observer_of(self.metrics, progress)
-        watch = RunWatch(
-            observer,
-            self.budget,
-            range(self.n_clients),
-            lambda: self.session.withdrawn,
-            known=(self.sums.global_sum is not None, self.sums.local_sum is not None),
-            run_ledger=self.run_ledger,
-            stopped=lambda: stopped_phases(self.server),
-        )
+        watch = RunWatch.of_session(observer, self.session, self.run_ledger)
         watch.start(self.config, self.run_id, "inprocess", regret_known(self.family, self.config))
         if self.hosted is not None:
             self.hosted.watch_trials(observer)

@@ -144,15 +144,7 @@ class ServerAgent:
             )
         self.sums = self.run_session.sums
         self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
-        self.watch = RunWatch(
-            self.observer,
-            self.budget,
-            range(self.n_clients),
-            lambda: self.run_session.withdrawn,
-            known=(self.sums.global_sum is not None, self.sums.local_sum is not None),
-            run_ledger=self.run_ledger,
-            stopped=lambda: stopped_phases(self.server),
-        )
+        self.watch = RunWatch.of_session(self.observer, self.run_session, self.run_ledger)
         """What the observer is told: progress, running regret, epsilon."""
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.may_resume = checkpoint is not None if resume is None else resume

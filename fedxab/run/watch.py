@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedxab.run.accounting import stopped_phases
 from fedxab.run.observe import (
     PROGRESS_UPDATES,
     EpsilonWatch,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from fedxab.privacy.run_ledger import RunLedger
     from fedxab.results import RunRecord
     from fedxab.run.evaluation import RegretSums, Telemetry
+    from fedxab.run.session import ServerSession
 
 __all__ = ["RunWatch"]
 
@@ -90,6 +92,24 @@ class RunWatch:
         self.evaluations = 0
         """Evaluations fed by :meth:`pulled` since the last :meth:`phase_seen`."""
         self.last_privacy = time.monotonic()
+
+    @classmethod
+    def of_session(
+        cls, observer: RunObserver, session: ServerSession, run_ledger: RunLedger | None
+    ) -> RunWatch:
+        """The watch of a run's server side (the in-process federation, the server agent):
+        every client of ``session``, the regret its per-round sums can compute, and the clients
+        whose releases stopped in ``run_ledger`` (central DP: also those its server refused)."""
+        sums = session.sums
+        return cls(
+            observer,
+            session.budget,
+            range(session.n_clients),
+            lambda: session.withdrawn,
+            known=(sums.global_sum is not None, sums.local_sum is not None),
+            run_ledger=run_ledger,
+            stopped=lambda: stopped_phases(session.server),
+        )
 
     def start(self, config: Config, run_id: str, transport: str, known: tuple[bool, bool]) -> None:
         """Tell the observer that run ``run_id`` of ``config`` starts, seen over ``transport``
