@@ -583,6 +583,7 @@ class AlgorithmConfig:
 
 HETEROGENEITY = ("offset", "shift", "none", "fields", "gp-perturbed", "gp-mixture")
 FIELD_ASSIGNMENTS = ("first", "random")
+MEMBERSHIPS = ("fixed", "elastic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -643,11 +644,20 @@ class FederationConfig(Section):
     """The fraction q in (0, 1] of the clients the server asks each phase: each client is asked
     independently with probability q, drawn from the run seed (Poisson sampling,
     :mod:`fedxab.run.participation`); unset means 1, every client."""
+    membership: str | None = None
+    """Who is in the run: ``"fixed"`` (unset: every one of the M clients, from phase 1 to the
+    end) or ``"elastic"`` (a population: a client joins at any phase boundary, leaves, or
+    rejoins; each phase asks the clients in the run when it opens, :mod:`fedxab.run.membership`)."""
 
     @property
     def sampled(self) -> bool:
         """Whether the server asks only a sample of the clients each phase (participation < 1)."""
         return self.participation is not None and self.participation < 1
+
+    @property
+    def elastic(self) -> bool:
+        """Whether clients may join and leave during the run (``membership = "elastic"``)."""
+        return self.membership == "elastic"
 
     _ONLY_WITH: ClassVar[dict[str, str]] = {
         "perturbation": "gp-perturbed",
@@ -694,6 +704,7 @@ class FederationConfig(Section):
         for key, allowed in (
             ("perturbation", ("point", "client")),
             ("field_assignment", FIELD_ASSIGNMENTS),
+            ("membership", MEMBERSHIPS),
         ):
             value = getattr(self, key)
             if value is not None and value not in allowed:
@@ -740,6 +751,12 @@ class AgentsConfig(Section):
     leaving, a ledger record) before it gives up on the clients it has not heard from."""
     status_interval_s: float = 30.0
     """Seconds between the server's warnings naming the clients an open phase still waits for."""
+    liveness_s: float | None = None
+    """``[federation] membership = "elastic"`` only: a client silent (no heartbeat, no other
+    control message) this many seconds has left the run; unset: 3 x ``heartbeat_s``."""
+    min_clients: int | None = None
+    """``[federation] membership = "elastic"`` only: a phase opens once at least this many
+    clients are in the run; unset: 1."""
     inline_answer_s: float = 0.05
     """A client agent computes its clients' answers to a broadcast on its event loop while its
     last answer took less than this many seconds, and in a worker thread otherwise (the first
@@ -759,6 +776,7 @@ class AgentsConfig(Section):
             "telemetry_interval_s",
             "telemetry_timeout_s",
             "status_interval_s",
+            "liveness_s",
         ):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -773,6 +791,15 @@ class AgentsConfig(Section):
             raise ConfigError(
                 "agents.quorum", f"must be a fraction of the clients in (0, 1], got {self.quorum}"
             )
+        if self.min_clients is not None and self.min_clients < 1:
+            raise ConfigError(
+                "agents.min_clients", f"must be an integer >= 1, got {self.min_clients}"
+            )
+
+    @property
+    def liveness(self) -> float:
+        """Seconds of silence after which a client has left an elastic run."""
+        return 3 * self.heartbeat_s if self.liveness_s is None else self.liveness_s
 
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -1147,6 +1174,7 @@ class Config:
                 f"{name_!r} asks every client each phase ({NO_PARTICIPATION[name_]}); "
                 "remove participation or choose fedpne or dpfedpne",
             )
+        self._check_membership()
         if self.objective.is_user and fed is not None and fed.heterogeneity != "none":
             raise ConfigError(
                 "federation.heterogeneity",
@@ -1154,6 +1182,26 @@ class Config:
                 "one; with a user's own objective (objective.function) each client evaluates "
                 'its own function: use heterogeneity = "none" (or leave it out)',
             )
+
+    def _check_membership(self) -> None:
+        """``[federation] membership = "elastic"`` needs an algorithm whose phases may ask
+        some clients only (those of :data:`NO_PARTICIPATION` refuse it, for the same reason);
+        ``[agents] liveness_s`` and ``min_clients`` apply to it alone."""
+        fed, agents, name = self.federation, self.agents, self.algorithm.name
+        elastic = fed is not None and fed.elastic
+        if elastic and name in NO_PARTICIPATION:
+            raise ConfigError(
+                "federation.membership",
+                f"{name!r} cannot run with clients that come and go "
+                f"({NO_PARTICIPATION[name]}); remove membership or choose fedpne or dpfedpne",
+            )
+        for key in ("liveness_s", "min_clients"):
+            if not elastic and agents is not None and getattr(agents, key) is not None:
+                raise ConfigError(
+                    f"agents.{key}",
+                    'applies to [federation] membership = "elastic" only; remove it or set '
+                    "that membership",
+                )
 
     def _check_release_best(self) -> None:
         """``privacy.release_best`` needs local DP, and one scope for every release: the best

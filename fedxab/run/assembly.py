@@ -231,6 +231,8 @@ def build_run(
         client_session = ClientSession(
             dict(zip(ids, clients, strict=True)), evaluators, trials, participation
         )
+        if fed.elastic:  # who is asked: as each broadcast names it (fedxab.run.membership)
+            client_session.asked = {}
     server_session = None
     if server:
         global_known, local_known = regret_known(family, config)

@@ -5,12 +5,13 @@ anything (the algorithm and its parameters, including the privacy release settin
 DP-Fed-PNE's ``epsilon`` or DP-FTS-DE's ``z``, ``q``, ``clip``; the domain; the objective's
 direction, so that clients maximising and clients minimising never join one run; the budget T;
 the number of clients M and, below 1, the participation q that every party draws the asked
-clients with; the seed). Nothing local to one party belongs to it: not the objective
-itself (a client's private black box: neither its name, its module nor a hash of its code),
-not the noise model or the heterogeneity of a simulation, not the
-output directory, the ledger path, the accountant, a budget, the agent timings, the broker, the
-keys or the metrics. So a server started with its own ``--output`` or ``[agents]`` timings meets
-its clients, and a client may bring its own objective.
+clients with; an elastic membership, whose broadcasts name the clients asked; the seed).
+Nothing local to one party belongs to it: not the objective itself (a client's private black
+box: neither its name, its module nor a hash of its code), not the noise model or the
+heterogeneity of a simulation, not the output directory, the ledger path, the accountant, a
+budget, the agent timings, the broker, the keys or the metrics. So a server started with its
+own ``--output`` or ``[agents]`` timings meets its clients, and a client may bring its own
+objective.
 
 The run id is ``{algorithm}-{12 hex digits of the protocol's SHA-256}-s{seed}``: it names the
 run's topics, so parties that agree on the protocol meet without talking. Parties that do not
@@ -76,6 +77,8 @@ def protocol_of(config: Config, seed: int) -> dict[str, Any]:
         protocol["clients"] = fed.clients
         if fed.sampled:  # who is asked each phase: every party draws it (absent: everyone)
             protocol["participation"] = fed.participation
+        if fed.elastic:  # broadcasts name the clients asked (absent: fixed membership)
+            protocol["membership"] = fed.membership
     return protocol
 
 

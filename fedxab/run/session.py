@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,12 +43,14 @@ from fedxab.run.accounting import (
     withdrawn_clients,
 )
 from fedxab.run.envelope import check_phase
+from fedxab.run.membership import PhaseMembers
 
 if TYPE_CHECKING:
     from fedxab.objectives.families import ClientFamily
     from fedxab.objectives.history import TrialLog
     from fedxab.results import RunRecord
     from fedxab.run.evaluation import ClientEvaluator, RegretSums, Telemetry
+    from fedxab.run.membership import Members
     from fedxab.run.observe import RunObserver
     from fedxab.run.outcome import ClientOutcome
     from fedxab.run.participation import Participation
@@ -81,6 +84,8 @@ class ClosedPhase:
     phase: int
     reports: dict[int, bytes]
     counts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    members: PhaseMembers | None = None
+    """Elastic membership: who was in the run, asked and reported (None: fixed membership)."""
 
 
 class ServerSession:
@@ -102,6 +107,7 @@ class ServerSession:
         family: ClientFamily | None,
         sums: RegretSums,
         participation: Participation | None = None,
+        members: Members | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.server = server
@@ -126,15 +132,34 @@ class ServerSession:
         """The clients asked in the open phase (every active client at full participation)."""
         self.skipped = np.zeros(n_clients, dtype=np.int64)
         """Per client: the pulls of the phases it was not asked in (it did not make them)."""
+        self.members = members
+        """Elastic membership (:mod:`fedxab.run.membership`): who is in the run when a phase
+        opens; None: every client not withdrawn (fixed membership)."""
+        self.present: list[int] = []
+        """Elastic membership: the open phase's members."""
+        self.membership: list[PhaseMembers] = []
+        """Elastic membership: the closed phases' record."""
+
+    @property
+    def elastic(self) -> bool:
+        return self.members is not None
 
     def _opened(self) -> Any:
-        """After a phase opened (or the run finished): who is asked in it."""
+        """After a phase opened (or the run finished): who is asked in it (elastic: of the
+        clients in the run, :mod:`fedxab.run.membership`)."""
         if self.finished is not None:
             self.asked = []
-        elif self.participation is None:
-            self.asked = self.active
+            return self.msg
+        pool = self.active
+        if self.members is not None:
+            present = set(self.members(self.phase))
+            pool = [m for m in pool if m in present]
+            self.present = pool
+        if self.participation is None:
+            self.asked = pool
         else:
-            self.asked = self.participation.asked(self.phase, self.active)
+            self.asked = self.participation.asked(self.phase, pool)
+        if self.participation is not None or self.members is not None:
             self.server.ask(self.asked)
         return self.msg
 
@@ -196,11 +221,20 @@ class ServerSession:
         self.accepted[m] = payload
         return Verdict("accepted")
 
-    def barrier_met(self, open_for_s: float, deadline_s: float | None, quorum: float) -> bool:
+    def barrier_met(
+        self,
+        open_for_s: float,
+        deadline_s: float | None,
+        quorum: float,
+        gone: Collection[int] = (),
+    ) -> bool:
         """Whether the open phase may close: the state machine has every report it waits for,
-        or the phase has been open ``deadline_s`` and a ``quorum`` (fraction of the asked
+        or (elastic membership) every asked client not ``gone`` from the run has reported, or
+        the phase has been open ``deadline_s`` and a ``quorum`` (fraction of the asked
         clients, rounded up) reported."""
         if self.server.ready():
+            return True
+        if self.members is not None and all(m in self.accepted or m in gone for m in self.asked):
             return True
         if deadline_s is None or open_for_s < deadline_s:
             return False
@@ -221,7 +255,8 @@ class ServerSession:
             evaluations=0,  # from the telemetry, in record()
             asked=len(self.asked),
         )
-        closed = ClosedPhase(self.phase, accepted, counts.to_dict())
+        members = self._members_closing()
+        closed = ClosedPhase(self.phase, accepted, counts.to_dict(), members)
         self.phases.append(counts)
         self.accepted = {}
         self._skip_unasked()
@@ -229,11 +264,28 @@ class ServerSession:
         self._opened()
         return closed
 
+    def _members_closing(self) -> PhaseMembers | None:
+        """Elastic membership: the open phase's record, and the state machine told that the
+        clients asked are those that reported (a member gone without a report is not waited
+        for; a phase nobody reported spends its pulls)."""
+        if self.members is None:
+            return None
+        reported = tuple(sorted(self.accepted))
+        if len(reported) < len(self.asked):
+            self.server.ask(reported)
+        record = PhaseMembers(self.phase, tuple(self.present), tuple(self.asked), reported)
+        self.membership.append(record)
+        return record
+
     def restore(self, closed: ClosedPhase) -> None:
         """Replay a checkpointed closed phase: its reports, in client order, then its close."""
         for m, payload in sorted(closed.reports.items()):
             self.server.receive(m, decode_report(self.algorithm, unpackb(payload)))
         self.phases.append(PhaseCommunication(**closed.counts))
+        if self.members is not None:
+            self.accepted = dict(closed.reports)
+            self._members_closing()
+            self.accepted = {}
         self._skip_unasked()
         self.msg = self.server.close_phase()
         self._opened()
@@ -276,6 +328,9 @@ class ServerSession:
         sums.flush()
         phases = [self.counted(p) for p in self.phases]
         recommendation = np.asarray(finished.recommendation, dtype=np.float64).reshape(-1).copy()
+        communication = communication_block(self.n_clients, phases)
+        if self.members is not None:
+            communication["membership"] = [p.to_dict() for p in self.membership]
         return federated_record(
             self.run_id,
             self.seed,
@@ -283,7 +338,7 @@ class ServerSession:
             sums,
             recommendation,
             wall,
-            communication_block(self.n_clients, phases),
+            communication,
             privacy,
             self.expected_use(),
             clients=(
@@ -312,6 +367,18 @@ class ClientSession:
         self.trials = trials or {}
         """The trial log of each client whose objective is a user's (by id)."""
         self._last_telemetry: dict[int, Telemetry] = {}
+        self.asked: dict[int, frozenset[int]] | None = None
+        """Elastic membership: the clients each phase's broadcast asks, by phase (set from
+        each broadcast before it is answered, :mod:`fedxab.run.membership`); None: fixed."""
+
+    def asks(self, m: int, phase: int) -> bool:
+        """Whether client ``m`` is asked in ``phase``: as the broadcast names it (elastic
+        membership over a broker), as the participation sample draws it (also in an elastic
+        run in process, where every client is in the run), else always."""
+        named = None if self.asked is None else self.asked.get(phase)
+        if named is not None:
+            return m in named
+        return self.participation is None or self.participation.asks(m, phase)
 
     def answer(self, m: int, broadcast: Any) -> tuple[Any, Telemetry | None, bool]:
         """Client ``m``'s report for ``broadcast`` (None once it withdrew), the telemetry of
@@ -319,14 +386,10 @@ class ClientSession:
         answered from the client's reply cache, pulls nothing and repeats its last telemetry.
         The state machine's errors propagate (the caller decides what a rejection means).
 
-        A client not asked in the broadcast's phase (partial participation) skips it: it pulls
-        nothing and answers nothing (None, None, False)."""
-        participation = self.participation
-        if (
-            participation is not None
-            and not isinstance(broadcast, Finished)
-            and not participation.asks(m, int(broadcast.phase))
-        ):
+        A client not asked in the broadcast's phase (partial participation, or not in the run
+        then: elastic membership) skips it: it pulls nothing and answers nothing (None, None,
+        False)."""
+        if not isinstance(broadcast, Finished) and not self.asks(m, int(broadcast.phase)):
             self.clients[m].skip(broadcast)
             return None, None, False
         report = self.clients[m].answer(broadcast, self.evaluators[m])
