@@ -82,3 +82,16 @@ class ProtocolError(FedxabError, ValueError):
 
     reason = "malformed"
     """The label a receiver counts the refusal under (``fedxab_messages_rejected_total``)."""
+
+
+class RunConflictError(FedxabError, RuntimeError):
+    """The run's topics already hold another start of the same run (a server agent that may
+    not resume it refuses to start: :class:`~fedxab.agents.server.ServerAgent`)."""
+
+    def __init__(self, run_id: str, published: int, topic: str) -> None:
+        self.run_id, self.published, self.topic = run_id, published, topic
+        super().__init__(
+            f"run {run_id} already ran on this broker ({published} broadcast(s) on {topic}): "
+            "start a new run under another [broker] namespace (--namespace NAME), or resume "
+            "this one from its checkpoint"
+        )

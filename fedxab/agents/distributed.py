@@ -215,7 +215,7 @@ def run_on_broker_config(
     With ``finished`` on Kafka, whose topics outlive this process, the server checkpoints each
     phase next to the finished runs (``DIR/checkpoints``): with ``finished.resume`` an
     interrupted seed continues from its checkpoint; without it, a seed whose topics already
-    hold broadcasts is refused (:class:`~fedxab.agents.server.RunConflictError`)."""
+    hold broadcasts is refused (:class:`~fedxab.errors.RunConflictError`)."""
     on_kafka = config.broker is not None and config.broker.url.startswith("kafka://")
     kept = finished if on_kafka else None  # the finished runs whose checkpoints are kept
     checkpoint_dir = None if kept is None else kept.directory.parent / CHECKPOINTS_DIRNAME

@@ -13,22 +13,10 @@ Every record read is handed to the agent's sans-I/O party (:attr:`ServerAgent.pa
 signatures and the reasons of a refusal: :mod:`fedxab.run.server_party`) and builds every record
 the agent publishes; a refused record changes no state and never stops the agent.
 
-With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the agent also exports
-the server's view of the run as it goes: every message's classification (reports by outcome,
-control messages by kind, repeated broadcasts), each closed phase (messages, bytes, duration), the
-regret from the clients' telemetry, the clients' epsilon (central DP: from the server's own
-ledger, during the run; local DP: from the rebuilt ledger, at the end), and at the end every
-value of the run's record.
-
-Under local DP (:func:`~fedxab.run.outcome.stays_local`, DP-Fed-PNE) the server learns only the
-releases the clients' ledgers charged: the clients' telemetry carries the counts of their pulls
-and no regret terms, an outcome message is refused (``local_dp``) and never kept, and the run's
-record has no ``clients`` block and no regret curves built from the clients' pulls; its
-``withheld`` block names them and says why. Its metrics, progress and dashboard show no regret
-and no observed value. A server agent whose clients all run in its own process
+What the observer (``metrics``, ``progress``) is told and what the server learns under local
+DP are the party's too. A server agent whose clients all run in its own process
 (``local_clients``: ``fedxab run``, :func:`~fedxab.agents.distributed.run_on_broker`) is
-handed their full telemetry and their outcomes (with their trials) in process by the client
-agents (:meth:`ServerAgent.take_local`), never over the broker, and its record is complete.
+handed their full telemetry and their outcomes in process (:meth:`ServerAgent.take_local`).
 
 The control topic (join, leave, heartbeat, telemetry) is read from its beginning on every start
 and never committed: everything on it is idempotent, so a restarted server simply rebuilds its view
@@ -52,38 +40,25 @@ from fedxab.agents.waits import wait_set
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.config import Config
-from fedxab.errors import ConfigError, FedxabError
+from fedxab.errors import ConfigError, FedxabError, RunConflictError
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.results import RunRecord
-from fedxab.run.accounting import PhaseCommunication, stopped_phases
-from fedxab.run.assembly import build_run, regret_known
-from fedxab.run.evaluation import RegretSums, Telemetry
+from fedxab.run.accounting import PhaseCommunication
+from fedxab.run.assembly import build_run
+from fedxab.run.evaluation import Telemetry
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import ProgressCallback, observer_of
-from fedxab.run.outcome import ClientOutcome, stays_local, withheld_block
+from fedxab.run.outcome import ClientOutcome
 from fedxab.run.server_party import ServerParty
-from fedxab.run.watch import RunWatch
 from fedxab.security.agents import signer_for
 
 if TYPE_CHECKING:
     from fedxab.monitoring.metrics import FederationMetrics
     from fedxab.objectives.families import ClientFamily
 
-__all__ = ["RunConflictError", "ServerAgent"]
+__all__ = ["ServerAgent"]
 
 log = logging.getLogger(__name__)
-
-
-class RunConflictError(FedxabError, RuntimeError):
-    """The run's topics already hold another start of the same run."""
-
-    def __init__(self, run_id: str, published: int, topic: str) -> None:
-        self.run_id, self.published, self.topic = run_id, published, topic
-        super().__init__(
-            f"run {run_id} already ran on this broker ({published} broadcast(s) on {topic}): "
-            "start a new run under another [broker] namespace (--namespace NAME), or resume "
-            "this one from its checkpoint"
-        )
 
 
 class ServerAgent:
@@ -111,7 +86,6 @@ class ServerAgent:
         self.config = config
         self.observer = observer_of(metrics, progress)
         """Who watches the run (metrics, progress): :mod:`fedxab.run.observe`."""
-        self.seed = seed
         self.broker = broker
         self.run_id = run_id
         self.namespace = namespace
@@ -125,27 +99,20 @@ class ServerAgent:
         self.settings = config.agents
         self.n_clients = config.federation.clients
         self.signer = signer_for(config)  # None unless [security] sign = true
-        self.budget = config.run.budget
-        self.algorithm = config.algorithm.name
-        parts = build_run(config, seed, run_id=run_id, server=True, family=family)
+        parts = build_run(
+            config,
+            seed,
+            run_id=run_id,
+            server=True,
+            family=family,
+            remote_clients=not local_clients,
+        )
         assert parts.server is not None
         self.run_session = parts.server
         """The run's server side (:class:`~fedxab.run.session.ServerSession`): this agent
         moves its messages and keeps its time."""
         self.server = self.run_session.server
-        self.family = self.run_session.family  # None: the clients' own objectives
-        self.local_only = stays_local(config)
-        """Local DP: the clients' outcomes and regret terms never come over the broker."""
-        if self.local_only and not local_clients:
-            regret = any(regret_known(self.family, config))
-            self.run_session.withheld = withheld_block(config, regret)
-            self.run_session.sums = RegretSums(
-                self.n_clients, self.budget, global_known=False, local_known=False
-            )
         self.sums = self.run_session.sums
-        self.run_ledger = parts.run_ledger  # central DP: this (trusted) server releases
-        self.watch = RunWatch.of_session(self.observer, self.run_session, self.run_ledger)
-        """What the observer is told: progress, running regret, epsilon."""
         self.checkpoint = ServerCheckpoint(checkpoint, run_id)
         self.may_resume = checkpoint is not None if resume is None else resume
         """Whether this server may continue a run that already has broadcasts on the broker
@@ -158,7 +125,7 @@ class ServerAgent:
             max_bytes=broker.max_message_bytes,
             observer=self.observer,
             local_clients=local_clients,
-            on_telemetry=self._observe_telemetry,
+            run_ledger=parts.run_ledger,  # central DP: this (trusted) server releases
         )
         """The run's side of the wire (:class:`~fedxab.run.server_party.ServerParty`): what each
         record read does and the records to publish; this agent moves them."""
@@ -168,7 +135,6 @@ class ServerAgent:
         those of the job's earlier runs. The lobby welcomes a client agent of any of them: a
         client process restarted while the server serves a later run replays the earlier
         runs first, and needs their sessions to."""
-        self.fresh_telemetry = 0  # telemetry messages that added pulls (progress at the end)
         self._wakeup = asyncio.Event()
         self._history: list[Any] = []
         self._closed: list[Any] = []  # the checkpoint's closed phases (:meth:`_open_session`)
@@ -201,11 +167,6 @@ class ServerAgent:
         <fedxab.run.server_party.ServerParty.take_local>`), on this agent's event loop."""
         self.party.take_local(telemetry, outcomes)
         self._wakeup.set()
-
-    def _observe_telemetry(self, telemetry: Telemetry) -> None:
-        """Fresh telemetry: counted (the end waits for it) and observed."""
-        self.fresh_telemetry += 1
-        self.watch.telemetry(telemetry)
 
     # --------------------------------------------------------------------------- the phases
     @property
@@ -325,37 +286,19 @@ class ServerAgent:
         )
         raise FedxabError(party.failure)
 
-    async def _close_phase(
-        self, msg: Any, broadcast_bytes: int, active: int, commit: Any, opened: float
-    ) -> Any:
-        self.checkpoint.append(self.run_session.close_phase(broadcast_bytes, active))
-        if self.party.last_report is not None:
-            await commit(self.party.last_report)
-        counts = self.phases[-1]
-        msg = self.run_session.msg
-        await self._mirror_ledger()
-        self._observe_phase(counts, time.perf_counter() - opened)
-        return msg
-
-    def _observe_phase(self, counts: PhaseCommunication, duration: float) -> None:
-        """A phase closed: its counts, the round every active client reached, epsilon when
-        due, and the progress."""
-        leaving = self.party.left.difference(self.run_session.withdrawn)
-        self.watch.phase_closed(counts, duration, self.sums.used, leaving=len(leaving))
-
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic
         (and, with ``end``, each client's end marker)."""
-        if self.run_ledger is None:
-            return
-        records = self.party.ledger_records(self.run_ledger, self.namespace, end=end)
-        await self.broker.publish_many(self.topics["ledger"], records)
+        run_ledger = self.party.run_ledger
+        if run_ledger is not None:
+            records = self.party.ledger_records(run_ledger, self.namespace, end=end)
+            await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
         msg, self._history = self.party.replay(self._closed)
         await self._republish_history()
-        if self.run_ledger is not None:  # each client's budgets and data owner
-            budgets = self.party.budget_records(self.run_ledger, self.namespace)
+        if self.party.run_ledger is not None:  # each client's budgets and data owner
+            budgets = self.party.budget_records(self.party.run_ledger, self.namespace)
             await self.broker.publish_many(self.topics["ledger"], budgets)
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
@@ -363,7 +306,12 @@ class ServerAgent:
             opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
-            msg = await self._close_phase(msg, broadcast_bytes, active, reports.commit, opened)
+            self.checkpoint.append(self.run_session.close_phase(broadcast_bytes, active))
+            if self.party.last_report is not None:
+                await reports.commit(self.party.last_report)
+            msg = self.run_session.msg
+            await self._mirror_ledger()
+            self.party.phase_closed(time.perf_counter() - opened)
         await self._mirror_ledger(end=True)
         await self._publish(msg)
 
@@ -378,7 +326,7 @@ class ServerAgent:
         expected = self.run_session.expected_use()
         await self._linger(
             done=lambda: self.sums.complete(expected) and len(self.party.left) == self.n_clients,
-            progress=lambda: (self.fresh_telemetry, len(self.party.left)),
+            progress=lambda: (self.party.fresh_telemetry, len(self.party.left)),
             repeat=lambda: self._publish(self.finished),
         )
         self.party.warn_incomplete(expected)
@@ -420,17 +368,13 @@ class ServerAgent:
 
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""
-        observer = self.observer
-        transport = transport_of(self.broker)
-        family = None if self.local_only else self.family  # local DP: no regret known here
-        self.watch.start(self.config, self.run_id, transport, regret_known(family, self.config))
-        self.watch.privacy()
+        self.party.start_run(transport_of(self.broker))
         try:
             record = await self._run()
         except BaseException:
-            observer.fail_run()
+            self.observer.fail_run()
             raise
-        observer.end_run(record)
+        self.observer.end_run(record)
         return record
 
     async def _run(self) -> RunRecord:
@@ -474,25 +418,15 @@ class ServerAgent:
         finally:
             await reports.close()
             await control.close()
-        wall = time.perf_counter() - t0
-        if self.run_ledger is not None:
-            self.run_ledger.close()
-        record = self._record(wall, privacy)
-        phase = self.phases[-1].phase if self.phases else None
-        self.watch.finished(record, self.sums.used, phase)
-        return record
+        return self.party.finish(time.perf_counter() - t0, privacy)
 
     async def _privacy_block(self) -> dict[str, Any] | None:
         """A private run's ``privacy`` block. Central DP: from the server's own ledger. Local
         DP: from the ledger rebuilt from the ledger topic, read until every client's end marker
         (published once it saw the final answer) or ``telemetry_timeout_s``; a client whose
         marker never came is counted up to what it published."""
-        settings = self.config.privacy
-        if settings is None:
-            return None
-        stopped = stopped_phases(self.server)
-        if self.run_ledger is not None:  # central DP: the server's own ledger
-            return self.run_ledger.block(range(self.n_clients), stopped)
+        if self.config.privacy is None or self.party.run_ledger is not None:
+            return self.party.privacy_block()  # (central DP: the server's own ledger)
         run_ledger = RunLedger.from_config(self.config, self.run_id, path=":memory:")
         try:
             rebuilt = await rebuild_ledger(
@@ -507,9 +441,6 @@ class ServerAgent:
                 session=self.party.signing_session if self.signer is not None else None,
             )
             self.party.count_ledger(rebuilt.skipped, rebuilt.reasons)
-            return run_ledger.block(range(self.n_clients), stopped)
+            return self.party.privacy_block(run_ledger)
         finally:
             run_ledger.close()
-
-    def _record(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
-        return self.run_session.record(wall, privacy)

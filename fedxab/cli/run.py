@@ -150,8 +150,8 @@ def _run_job(cfg: Any, *, progress: Any, hosts: int, **options: Any) -> Any:
     (:func:`~fedxab.api.run_job`; SIGTERM ends it like Ctrl-C). A run id that already ran on
     the broker is an error naming the two ways on."""
     from fedxab.agents.local import run_config
-    from fedxab.agents.server import RunConflictError
     from fedxab.api import run_job
+    from fedxab.errors import RunConflictError
 
     if cfg.federation is None:
         options.pop("continuations")  # (continue_job refuses a single-agent run)

@@ -33,6 +33,7 @@ from fedxab.objectives.user import load_function, user_objectives
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.run_ledger import RunLedger
 from fedxab.run.evaluation import ClientEvaluator, GlobalValues, RegretSums
+from fedxab.run.outcome import stays_local, withheld_block
 from fedxab.run.participation import Participation
 from fedxab.run.session import ClientSession, ServerSession
 
@@ -142,6 +143,7 @@ def build_run(
     keep_points: bool = False,
     family: ClientFamily | None = None,
     replay: Mapping[int, Sequence[TrialRecord]] | None = None,
+    remote_clients: bool = False,
 ) -> RunParts:
     """The parts of run ``seed`` of a federated ``config`` for a party that is the server
     (``server``) and/or hosts ``client_ids``: the in-process runner is both, a server agent the
@@ -159,7 +161,12 @@ def build_run(
 
     ``replay``: by client, the trials of the finished run this one continues
     (:mod:`fedxab.run.continuation`); each hosted client's objective answers its first
-    evaluations from them."""
+    evaluations from them.
+
+    ``remote_clients``: the server's clients run in other processes (a server agent over a
+    broker). Under local DP (:func:`~fedxab.run.outcome.stays_local`) it then learns only the
+    counts of their pulls: its regret sums hold no regret, and its record says what it withholds
+    and why (:func:`~fedxab.run.outcome.withheld_block`)."""
     fed = config.federation
     if fed is None:
         raise ConfigError(
@@ -236,6 +243,10 @@ def build_run(
     server_session = None
     if server:
         global_known, local_known = regret_known(family, config)
+        withheld = None
+        if remote_clients and stays_local(config):
+            withheld = withheld_block(config, global_known or local_known)
+            global_known = local_known = False
         sums = RegretSums(n_clients, budget, global_known=global_known, local_known=local_known)
         server_session = ServerSession(
             name,
@@ -248,6 +259,7 @@ def build_run(
             sums=sums,
             participation=participation,
         )
+        server_session.withheld = withheld
     return RunParts(server_session, client_session, run_ledger, gates, family)
 
 

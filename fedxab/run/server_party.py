@@ -29,6 +29,22 @@ repeats in every execution, the session does not. A signing run
 match its claimed sender (``bad_signature``, ``missing_signature``, ``unknown_sender``,
 ``malformed``); such failures name a client's key as wrong only by the rule of
 :class:`~fedxab.security.agents.KeyWatch` (forgeries are counted, never blamed on a client).
+
+With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`) the party's observer
+(through its :class:`~fedxab.run.watch.RunWatch`) gets the server's view of the run as it goes:
+every message's classification (reports by outcome, control messages by kind, repeated
+broadcasts), each closed phase (messages, bytes, duration), the regret from the clients'
+telemetry, the clients' epsilon (central DP: from the server's own ledger, during the run; local
+DP: from the rebuilt ledger, at the end), and at the end every value of the run's record.
+
+Under local DP (:func:`~fedxab.run.outcome.stays_local`, DP-Fed-PNE) the server learns only the
+releases the clients' ledgers charged: the clients' telemetry carries the counts of their pulls
+and no regret terms, an outcome message is refused (``local_dp``) and never kept, and the run's
+record has no ``clients`` block and no regret curves built from the clients' pulls; its
+``withheld`` block names them and says why. Its metrics, progress and dashboard show no regret
+and no observed value. A party whose clients all run in its agent's process
+(``local_clients``) is handed their full telemetry and their outcomes (with their trials) in
+process (:meth:`ServerParty.take_local`), never over the broker, and its record is complete.
 """
 
 from __future__ import annotations
@@ -37,7 +53,7 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,11 +61,12 @@ import numpy as np
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.errors import ProtocolError
 from fedxab.privacy.best import checked_best_release
-from fedxab.run.accounting import regret_coverage
+from fedxab.run.accounting import regret_coverage, stopped_phases
 from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.failures import failure_body, failure_text
 from fedxab.run.outcome import ClientOutcome, stays_local
+from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch
 from fedxab.security.signing import KeyId, SignatureError, open_record
 
@@ -57,6 +74,7 @@ if TYPE_CHECKING:
     from fedxab.broker.base import Record
     from fedxab.config import Config
     from fedxab.privacy.run_ledger import RunLedger
+    from fedxab.results import RunRecord
     from fedxab.run.observe import RunObserver
     from fedxab.run.session import ServerSession
     from fedxab.security.signing import Signer
@@ -101,9 +119,10 @@ class ServerParty:
         max_bytes: int,
         observer: RunObserver,
         local_clients: bool = False,
-        on_telemetry: Callable[[Telemetry], None] = lambda telemetry: None,
+        run_ledger: RunLedger | None = None,
     ) -> None:
         assert config.federation is not None and config.agents is not None
+        self.config = config
         self.run_session = session
         self.run_id = run_id
         self.n_clients = config.federation.clients
@@ -117,8 +136,12 @@ class ServerParty:
         """Local DP: the clients' outcomes and regret terms never come over the broker."""
         self.local_clients = local_clients
         """Every client runs in the agent's process and hands its telemetry over there."""
-        self.on_telemetry = on_telemetry
-        """Told of each telemetry that added pulls (the agent's observation)."""
+        self.run_ledger = run_ledger
+        """Central DP: the ledger this (trusted) server's releases are recorded in."""
+        self.watch = RunWatch.of_session(observer, session, run_ledger)
+        """What the observer is told: progress, running regret, epsilon."""
+        self.fresh_telemetry = 0
+        """Telemetry messages that added pulls (the agent's end waits for them)."""
         self.signing_session = ""
         """This execution's session (:mod:`fedxab.agents.lobby`): written into every record
         the server publishes; a client's record of another session is refused (``replay``)."""
@@ -296,7 +319,7 @@ class ServerParty:
                 if self.local_only and self.local_clients:
                     break  # (the counts of what the clients handed over in full: take_local)
                 if self.run_session.add_telemetry(telemetry, checked=True):
-                    self.on_telemetry(telemetry)
+                    self._fresh(telemetry)
             wake = True
         elif env.kind == "failed":
             try:
@@ -366,9 +389,14 @@ class ServerParty:
         then duplicates."""
         for t in telemetry:
             if self.run_session.add_telemetry(t):
-                self.on_telemetry(t)
+                self._fresh(t)
         for outcome in outcomes:
             self.run_session.add_outcome(outcome)
+
+    def _fresh(self, telemetry: Telemetry) -> None:
+        """Telemetry that added pulls: counted (the end waits for it) and observed."""
+        self.fresh_telemetry += 1
+        self.watch.telemetry(telemetry)
 
     def _telemetry_entries(self, env: Envelope, m: int) -> list[Telemetry]:
         """The telemetry entries of a message from client ``m``, all checked before any is used:
@@ -399,6 +427,16 @@ class ServerParty:
                 len(self.run_session.phases),
             )
         return history.pop(), history
+
+    def phase_closed(self, duration: float) -> None:
+        """The last phase closed (its releases mirrored) after ``duration`` seconds: tell the
+        observer its counts, the round every active client reached, epsilon when due, and the
+        progress; clients that said they leave but have not withdrawn are not active."""
+        session = self.run_session
+        leaving = self.left.difference(session.withdrawn)
+        self.watch.phase_closed(
+            session.phases[-1], duration, session.sums.used, leaving=len(leaving)
+        )
 
     def begins_the_run(self, record: Record) -> bool:
         """Whether ``record`` (the broadcast topic's first) is this run's broadcast of phase 1
@@ -453,6 +491,38 @@ class ServerParty:
                 coverage["pulls_received"],
                 coverage["pulls_expected"],
             )
+
+    # ------------------------------------------------------------------------ the run
+    def start_run(self, transport: str) -> None:
+        """Tell the observer the run starts over ``transport`` (with the regret this server can
+        compute: none under local DP) and, for a private run, the clients' epsilon so far."""
+        sums = self.run_session.sums
+        known = (sums.global_sum is not None, sums.local_sum is not None)
+        self.watch.start(
+            self.config, self.run_id, transport, (False, False) if self.local_only else known
+        )
+        self.watch.privacy()
+
+    def privacy_block(self, run_ledger: RunLedger | None = None) -> dict[str, Any] | None:
+        """A private run's ``privacy`` block from ``run_ledger`` (local DP: the ledger rebuilt
+        from the ledger topic), by default this server's own (central DP); None without one."""
+        if run_ledger is None:
+            run_ledger = self.run_ledger
+        if run_ledger is None:
+            return None
+        return run_ledger.block(range(self.n_clients), stopped_phases(self.run_session.server))
+
+    def finish(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
+        """The run's record after ``wall`` seconds (its ``privacy`` block: :meth:`privacy_block`),
+        once the telemetry and the ledger are in; this server's ledger closed, and one last
+        progress update (:meth:`RunWatch.finished <fedxab.run.watch.RunWatch.finished>`)."""
+        if self.run_ledger is not None:
+            self.run_ledger.close()
+        session = self.run_session
+        record = session.record(wall, privacy)
+        phase = session.phases[-1].phase if session.phases else None
+        self.watch.finished(record, session.sums.used, phase)
+        return record
 
     # ------------------------------------------------------------------------ writing
     def broadcast_record(self, msg: Any) -> tuple[bytes, int]:

@@ -30,19 +30,29 @@ def _party(config=CONFIG, closed=(), **kwargs) -> tuple[ServerParty, object]:
     """A party with the phase after the ``closed`` ones open (as a resumed server replays
     them), and its broadcast."""
     parts = build_run(config, SEED, run_id=RUN_ID, server=True)
+    kwargs.setdefault("observer", RunObserver())
     party = ServerParty(
         config,
         parts.server,
         run_id=RUN_ID,
         signer=None,
         max_bytes=1 << 20,
-        observer=RunObserver(),
         **kwargs,
     )
     party.signing_session = SESSION
     broadcast, history = party.replay(list(closed))
     assert len(history) == len(closed)
     return party, broadcast
+
+
+class Told(RunObserver):
+    """Records the evaluations each fresh telemetry told (the party's watch)."""
+
+    def __init__(self) -> None:
+        self.evaluations: list[int] = []
+
+    def on_evaluations(self, n: int) -> None:
+        self.evaluations.append(n)
 
 
 def _clients():
@@ -127,23 +137,23 @@ def test_join_leave_and_their_repeats():
 
 
 def test_fresh_telemetry_is_added_and_told_once():
-    told = []
-    party, broadcast = _party(on_telemetry=told.append)
+    told = Told()
+    party, broadcast = _party(observer=told)
     _, telemetry, _ = _clients().answer(1, broadcast)
     record = _record("telemetry", 1, 1, telemetry_to_wire([telemetry]))
     assert party.on_control(record) is True
     assert party.on_control(record) is True  # (a repeat: counted, not added again)
-    assert [(t.client, t.phase, t.count) for t in told] == [(1, 1, telemetry.count)]
+    assert told.evaluations == [telemetry.count] and party.fresh_telemetry == 1
     assert party.counts == {"control_telemetry": 2}
 
 
 def test_telemetry_of_another_client_is_refused_whole():
-    told = []
-    party, broadcast = _party(on_telemetry=told.append)
+    told = Told()
+    party, broadcast = _party(observer=told)
     _, telemetry, _ = _clients().answer(1, broadcast)
     record = _record("telemetry", 0, 1, telemetry_to_wire([telemetry]))
     assert party.on_control(record) is False
-    assert party.rejected == {("control", "bad_payload"): 1} and told == []
+    assert party.rejected == {("control", "bad_payload"): 1} and told.evaluations == []
 
 
 def test_a_failure_of_this_execution_stops_the_run_and_an_earlier_ones_does_not():
@@ -222,12 +232,12 @@ def test_the_waiting_text_names_who_is_missing_and_why():
 
 
 def test_telemetry_handed_over_in_process_is_added_and_told_once():
-    told = []
-    party, broadcast = _party(on_telemetry=told.append)
+    told = Told()
+    party, broadcast = _party(observer=told)
     hosted = _clients()
     _, telemetry, _ = hosted.answer(3, broadcast)
     party.take_local([telemetry, telemetry], [hosted.outcome(3)])
-    assert [(t.client, t.count) for t in told] == [(3, telemetry.count)]
+    assert told.evaluations == [telemetry.count] and party.fresh_telemetry == 1
     assert list(party.run_session.outcomes) == [3]
     assert party.counts == {}  # (nothing came over the broker)
 
