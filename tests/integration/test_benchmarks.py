@@ -391,8 +391,9 @@ def test_exhaustive_reference_is_the_ceiling_of_one_recommendation() -> None:
 
 
 def test_select_fedtpe_runs_only_on_held_out_tasks(tmp_path) -> None:
-    """select_fedtpe.py (how Fed-TPE's univariate dimension was chosen): one held-out task, one
-    seed, budget 10; a reported task is refused."""
+    """select_fedtpe.py (how Fed-TPE's settings were chosen): a held-out BBOB and a held-out
+    scikit-learn task, one seed, budget 10, per-site best and recommendation per variant; a
+    reported task is refused."""
     pytest.importorskip("ioh")
     data, out = run_bench(
         "select_fedtpe.py",
@@ -401,13 +402,21 @@ def test_select_fedtpe_runs_only_on_held_out_tasks(tmp_path) -> None:
         "--budget",
         "10",
         "--tasks",
-        "bbob-f23-d4",
+        "bbob-f23-d4,knn-wine",
         out=tmp_path / "select.json",
     )
-    values = data["tasks"]["bbob-f23-d4"]
-    assert set(values) == {"joint", "univariate"}
-    assert all(len(v) == 1 and math.isfinite(v[0]) and v[0] >= 0 for v in values.values())
-    assert "bbob-f23-d4, f - f*" in out and "seeds better than joint" in out
+    bbob, knn = data["tasks"]["bbob-f23-d4"], data["tasks"]["knn-wine"]
+    assert set(bbob) == set(knn) == {"joint", "univariate"}
+    for (best, rec), lower_is_better in [(v[0], True) for v in bbob.values()] + [
+        (v[0], False) for v in knn.values()
+    ]:
+        assert math.isfinite(best) and math.isfinite(rec)
+        if lower_is_better:  # f - f*: the best is at least 0 and no worse than the rec.
+            assert 0 <= best <= rec
+        else:  # CV accuracy in [0, 1]
+            assert 0 <= rec <= best <= 1
+    assert "bbob-f23-d4, f - f*" in out and "knn-wine, CV accuracy" in out
+    assert "seeds best better than joint" in out
     refused = subprocess.run(
         [sys.executable, str(BENCH / "select_fedtpe.py"), "--tasks", "bbob-f21-d10"],
         capture_output=True,
