@@ -230,6 +230,8 @@ class Federation:
 
         t0 = time.perf_counter()
         msg = session.start()
+        for m in range(n_clients):  # in process, every client is there from the start
+            session.population.join(m)
         while session.finished is None:
             opened = time.perf_counter()
             wire = packb(msg.to_wire())
@@ -259,6 +261,7 @@ class Federation:
                 time.perf_counter() - opened,
                 active=watch.active(),
             )
+            observer.on_population(session.population.records[-1])
             observer.on_report("accepted", accepted)
             observer.on_evaluations(evaluations)
             if not (observer.wants_progress or observer.wants_regret):

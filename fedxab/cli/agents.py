@@ -16,6 +16,7 @@ from fedxab.cli.common import (
     load_job,
     make_console,
     run_with,
+    show_notices,
 )
 from fedxab.cli.observe import job_observers, progress_display, run_callbacks
 from fedxab.cli.options import (
@@ -161,6 +162,7 @@ def server(
     from fedxab.results import write_results
 
     console = make_console()
+    show_notices()  # who joined and who left, phase by phase
     with errors_as_exit_code():
         cfg = load_job(config, seed, repeats, budget, output, broker, keys_dir, namespace)
         if cfg.broker is None:

@@ -21,6 +21,19 @@ def make_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False)
 
 
+def show_notices() -> None:
+    """Show the library's NOTICE lines (a server naming who joined and left its run,
+    :mod:`fedxab.run.population`) at the default verbosity, as ``-v`` shows INFO."""
+    from fedxab.run.population import NOTICE
+
+    logger = logging.getLogger("fedxab")
+    for handler in logger.handlers:
+        if handler.level > NOTICE:
+            handler.setLevel(NOTICE)
+    if logger.getEffectiveLevel() > NOTICE:
+        logger.setLevel(NOTICE)
+
+
 @contextlib.contextmanager
 def errors_as_exit_code() -> Iterator[None]:
     """Turn a FedxabError into one red ``error:`` line on stderr and exit status 2."""

@@ -10,6 +10,9 @@ grow with the number of clients or rounds, so the page stays fast at 100,000 cli
 - epsilon is shown as a histogram of :data:`EPSILON_BINS` bins and the :data:`NEAREST` clients
   nearest their budget, computed from the latest per-client values when a page asks and cached
   until they change;
+- the population of each closed phase (who joined, left, was asked and reported: the server's
+  :class:`~fedxab.run.population.PhasePopulation`) is kept for the :data:`POPULATION_ROWS`
+  newest phases, with every joined and left client named as runs of ids;
 - per-client curves (each client's best observed value so far, which needs no optimum) are
   summarised over clients as a mean and quantile band; one client's own curve is fetched on
   demand (:meth:`DashboardState.client`);
@@ -31,7 +34,7 @@ import math
 import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,12 +44,14 @@ import numpy as np
 from fedxab.dashboard.trials import CLIENTS_SHOWN, TrialFeed
 from fedxab.run.observe import PrivacyView, Progress, RunObserver
 from fedxab.run.outcome import mean_best
+from fedxab.run.population import PhasePopulation, id_ranges
 from fedxab.space import SearchSpace
 
 __all__ = [
     "CURVE_POINTS",
     "EPSILON_BINS",
     "NEAREST",
+    "POPULATION_ROWS",
     "Curve",
     "DashboardState",
     "RunView",
@@ -64,6 +69,8 @@ NEAREST = 10
 """Clients listed as nearest their budget (those that spent the most)."""
 BAND_QUANTILES = (10, 50, 90)
 """Percentiles over clients of the per-client curves' band (with min, max and mean)."""
+POPULATION_ROWS = 50
+"""Closed phases the population table keeps (the newest; the totals count every phase)."""
 PRIVACY_SHARE = 0.01
 """Largest share of a run's wall time the dashboard lets epsilon refreshes take: the interval
 between two grows with what the last one cost (asking the accountant for 100,000 clients is not
@@ -237,12 +244,31 @@ class RunView:
         (:meth:`best_from_outcomes`)."""
         self.band: dict[str, Any] | None = None
         self._panel: tuple[PrivacyView, dict[str, Any]] | None = None
+        self.population: deque[dict[str, Any]] = deque(maxlen=POPULATION_ROWS)
+        """The newest closed phases' populations (:meth:`add_population`)."""
+        self.population_totals = Counter[str]()
 
     def recommend(self, point: Any) -> None:
         """The server's recommended ``point``, and its parameters by name (with a space)."""
         x = np.asarray(point, dtype=np.float64).reshape(-1)
         params = None if self.space is None else self.space.decode(x)
         self.recommendation = {"point": x.tolist(), "params": params}
+
+    def add_population(self, population: PhasePopulation) -> None:
+        """A closed phase's population (the server's record): its counts and who joined and
+        left, by id (:func:`~fedxab.run.population.id_ranges`)."""
+        self.population.append(
+            {
+                "phase": population.phase,
+                "joined": len(population.joined),
+                "left": len(population.left),
+                "asked": population.asked,
+                "reported": population.reported,
+                "joined_ids": id_ranges(population.joined),
+                "left_ids": id_ranges(population.left),
+            }
+        )
+        self.population_totals.update(joined=len(population.joined), left=len(population.left))
 
     # ------------------------------------------------------------------------------ record
     def finish(self, record: Any | None) -> None:
@@ -356,6 +382,11 @@ class RunView:
                 **self.traffic,
             },
             "evaluations": self.evaluations,
+            "population": {
+                "joined": self.population_totals["joined"],
+                "left": self.population_totals["left"],
+                "phases": list(self.population),
+            },
             "reports": dict(self.reports),
             "control": dict(self.control),
             "rejected": dict(self.rejected),
@@ -438,6 +469,9 @@ class DashboardState(RunObserver):
                 view.active = int(active)
 
         self._update(phase)
+
+    def on_population(self, population: PhasePopulation) -> None:
+        self._update(RunView.add_population, population)
 
     def on_evaluations(self, n: int) -> None:
         def evaluations(view: RunView) -> None:

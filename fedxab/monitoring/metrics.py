@@ -34,9 +34,15 @@ transport,role,run_id}``                               one); one series at a tim
 ``fedxab_phases_total``                     counter    phases closed (communication rounds)
 ``fedxab_phase_duration_seconds``           histogram  wall time of a phase, broadcast to close
 ``fedxab_phase_reports``                    gauge      server: reports accepted in the open phase
+``fedxab_phase_clients_joined``             gauge      server: clients that joined the run in
+                                                       the last closed phase
+``fedxab_phase_clients_left``               gauge      server: clients that left it then (a
+                                                       leave before the end, or withdrew)
 ``fedxab_phase_clients_asked``              gauge      server: clients asked in the last closed
                                                        phase (``[federation] participation``)
 ``fedxab_phase_clients_reported``           gauge      server: reports it accepted of them
+``fedxab_clients_joined_total``             counter    server: joins over the phases closed
+``fedxab_clients_left_total``               counter    server: leaves over the phases closed
 ``fedxab_messages_total{direction}``        counter    messages, ``up`` (client -> server reports)
                                                        and ``down`` (broadcast, once per client)
 ``fedxab_message_bytes_total{direction}``   counter    their encoded payload bytes
@@ -105,6 +111,7 @@ from prometheus_client.registry import Collector
 
 from fedxab.run.observe import PrivacyView, RunObserver
 from fedxab.run.outcome import mean_best
+from fedxab.run.population import PhasePopulation
 from fedxab.security.signing import SIGNATURE_REASONS
 
 __all__ = [
@@ -229,8 +236,13 @@ METRICS: dict[str, str] = {
     "fedxab_phases": "Phases (communication rounds) closed.",
     "fedxab_phase_duration_seconds": "Wall time of a phase, from its broadcast to its close.",
     "fedxab_phase_reports": "Reports the server accepted so far in the open phase.",
+    "fedxab_phase_clients_joined": "Clients that joined the run in the last closed phase.",
+    "fedxab_phase_clients_left": "Clients that left the run in the last closed phase "
+    "(a leave before the final answer, or withdrew).",
     "fedxab_phase_clients_asked": "Clients the server asked in the last closed phase.",
     "fedxab_phase_clients_reported": "Reports the server accepted in the last closed phase.",
+    "fedxab_clients_joined": "Clients that joined the run, summed over the phases closed.",
+    "fedxab_clients_left": "Clients that left the run, summed over the phases closed.",
     "fedxab_messages": "Messages: up (client reports) and down (broadcasts, one per client).",
     "fedxab_message_bytes": "Encoded payload bytes of the messages, up and down.",
     "fedxab_reports": "Reports received by the server, by outcome "
@@ -311,8 +323,12 @@ class FederationMetrics(RunObserver):
         self.evaluations = counter("fedxab_evaluations")
         self.phase = gauge("fedxab_phase")
         self.phases = counter("fedxab_phases")
+        self.phase_joined = gauge("fedxab_phase_clients_joined")
+        self.phase_left = gauge("fedxab_phase_clients_left")
         self.phase_asked = gauge("fedxab_phase_clients_asked")
         self.phase_reported = gauge("fedxab_phase_clients_reported")
+        self.joined = counter("fedxab_clients_joined")
+        self.left = counter("fedxab_clients_left")
         self.phase_duration = Histogram(
             "fedxab_phase_duration_seconds",
             METRICS["fedxab_phase_duration_seconds"],
@@ -431,10 +447,16 @@ class FederationMetrics(RunObserver):
             self.phase_duration.observe(duration_s)
         if active is not None:
             self.clients_active.set(active)
-        asked = getattr(counts, "asked", None)
-        if asked is not None:  # a server's view: who it asked, and who reported
-            self.phase_asked.set(asked)
-            self.phase_reported.set(getattr(counts, "reports_accepted", 0))
+
+    def on_population(self, population: PhasePopulation) -> None:
+        """A phase closed (a server's view): how many clients joined, left, were asked and
+        reported in it (:class:`~fedxab.run.population.PhasePopulation`)."""
+        self.phase_joined.set(len(population.joined))
+        self.phase_left.set(len(population.left))
+        self.phase_asked.set(population.asked)
+        self.phase_reported.set(population.reported)
+        self.joined.inc(len(population.joined))
+        self.left.inc(len(population.left))
 
     def on_phase_reports(self, n: int) -> None:
         """``n`` reports accepted so far in the open phase."""

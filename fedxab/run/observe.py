@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedxab.objectives.history import TrialRecord
     from fedxab.privacy.run_ledger import RunLedger
+    from fedxab.run.population import PhasePopulation
 
 __all__ = [
     "PROGRESS_UPDATES",
@@ -147,6 +148,10 @@ class RunObserver:
 
     def on_phase_reports(self, n: int) -> None:
         """``n`` reports accepted so far in the open phase."""
+
+    def on_population(self, population: PhasePopulation) -> None:
+        """A phase closed: who joined and left since the last one, how many clients were asked
+        and reported (:class:`~fedxab.run.population.PhasePopulation`; a server's view)."""
 
     def on_evaluations(self, n: int) -> None:
         """``n`` more evaluations."""
@@ -273,6 +278,7 @@ for _name in (
     "fail_run",
     "on_phase",
     "on_phase_reports",
+    "on_population",
     "on_evaluations",
     "on_report",
     "on_rejected",

@@ -7,10 +7,11 @@ bookkeeping: every record read is opened (size, decoding, signature), admitted
 (:func:`~fedxab.run.envelope.admit`), classified once and counted in :attr:`ServerParty.counts`
 (``accepted``; ``duplicate``; ``late``; ``invalid``, by topic and reason in
 :attr:`ServerParty.rejected`), with one log line per refusal; a valid report is fed to the state
-machine, a valid control message updates who joined, left, failed or stopped and the regret
-telemetry. :meth:`ServerParty.on_report` and :meth:`ServerParty.on_control` return whether the
-agent's wait for the phase barrier should look again. The records the server publishes are built
-here too: its broadcasts and abort (:meth:`ServerParty.broadcast_record`,
+machine, a valid control message updates who joined, left, failed or stopped, the run's
+population (:mod:`fedxab.run.population`) and the regret telemetry.
+:meth:`ServerParty.on_report` and :meth:`ServerParty.on_control` return whether the agent's wait
+for the phase barrier should look again. The records the server publishes are built here too:
+its broadcasts and abort (:meth:`ServerParty.broadcast_record`,
 :meth:`ServerParty.abort_record`) and, under central DP, its ledger-topic records
 (:meth:`ServerParty.budget_records`, :meth:`ServerParty.ledger_records`), each sealed in the
 execution's session (:attr:`ServerParty.signing_session`) if the run signs.
@@ -158,6 +159,9 @@ class ServerParty:
         self.control_live: dict[int, int] = {}
         """Per partition of the control topic, the first offset of this execution: a
         ``failed`` or ``stopped`` message before it belongs to an earlier execution."""
+        self.resumed = False
+        """Whether this execution resumes closed phases from a checkpoint: a join or leave
+        before :attr:`control_live` was then already named by an earlier execution."""
         self.last_seen: dict[int, float] = {}
         self.last_report: Record | None = None
         """The last record read from the report topic (committed once its phase closes)."""
@@ -305,9 +309,13 @@ class ServerParty:
         if env.kind == "join":
             repeat = m in self.joined
             self.joined.add(m)
+            if m not in self.run_session.withdrawn:  # (a withdrawn client is out for good)
+                self.run_session.population.join(m, news=live or not self.resumed)
         elif env.kind == "leave":
             repeat = m in self.left
             self.left.add(m)
+            if self.run_session.finished is None:  # (after the final answer: it finished)
+                self.run_session.population.leave(m, news=live or not self.resumed)
             wake = True
         elif env.kind == "telemetry":
             try:
@@ -416,6 +424,7 @@ class ServerParty:
         """Start the state machine and replay the checkpointed phases ``closed``; the open
         phase's broadcast and the closed phases' broadcasts, in order."""
         history = [self.run_session.start()]
+        self.resumed = bool(closed)
         for phase in closed:
             self.run_session.restore(phase)
             history.append(self.run_session.msg)
@@ -430,12 +439,17 @@ class ServerParty:
 
     def phase_closed(self, duration: float) -> None:
         """The last phase closed (its releases mirrored) after ``duration`` seconds: tell the
-        observer its counts, the round every active client reached, epsilon when due, and the
-        progress; clients that said they leave but have not withdrawn are not active."""
+        observer its counts, who joined, left, was asked and reported, the round every active
+        client reached, epsilon when due, and the progress; clients that said they leave but
+        have not withdrawn are not active."""
         session = self.run_session
         leaving = self.left.difference(session.withdrawn)
         self.watch.phase_closed(
-            session.phases[-1], duration, session.sums.used, leaving=len(leaving)
+            session.phases[-1],
+            duration,
+            session.sums.used,
+            leaving=len(leaving),
+            population=session.population.records[-1],
         )
 
     def begins_the_run(self, record: Record) -> bool:

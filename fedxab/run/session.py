@@ -44,6 +44,7 @@ from fedxab.run.accounting import (
 )
 from fedxab.run.envelope import check_phase
 from fedxab.run.membership import PhaseMembers
+from fedxab.run.population import Population
 
 if TYPE_CHECKING:
     from fedxab.objectives.families import ClientFamily
@@ -139,6 +140,10 @@ class ServerSession:
         """Elastic membership: the open phase's members."""
         self.membership: list[PhaseMembers] = []
         """Elastic membership: the closed phases' record."""
+        self.population = Population()
+        """Who joined, left, was asked and reported, phase by phase (:mod:`fedxab.run.population`):
+        its drivers tell it who joined and left; each closed phase adds its record."""
+        self._withdrew: set[int] = set()  # the withdrawn clients the population was told of
 
     @property
     def elastic(self) -> bool:
@@ -219,6 +224,7 @@ class ServerSession:
         if not fresh:
             return Verdict("duplicate", "", f"client {m}, phase {phase}")
         self.accepted[m] = payload
+        self.population.join(m)  # a client that reports is in the run (its join may come later)
         return Verdict("accepted")
 
     def barrier_met(
@@ -261,6 +267,8 @@ class ServerSession:
         self.accepted = {}
         self._skip_unasked()
         self.msg = self.server.close_phase()
+        self._left_by_withdrawal()
+        self.population.close(closed.phase, len(self.asked), len(accepted), self.run_id)
         self._opened()
         return closed
 
@@ -277,10 +285,19 @@ class ServerSession:
         self.membership.append(record)
         return record
 
+    def _left_by_withdrawal(self, news: bool = True) -> None:
+        """A client that withdrew since the last close (its privacy budget exhausted) has
+        left the run."""
+        withdrawn = self.withdrawn
+        for m in withdrawn.keys() - self._withdrew:
+            self.population.leave(m, news=news)
+        self._withdrew.update(withdrawn)
+
     def restore(self, closed: ClosedPhase) -> None:
         """Replay a checkpointed closed phase: its reports, in client order, then its close."""
         for m, payload in sorted(closed.reports.items()):
             self.server.receive(m, decode_report(self.algorithm, unpackb(payload)))
+            self.population.join(m, news=False)  # (named when the phase first closed)
         self.phases.append(PhaseCommunication(**closed.counts))
         if self.members is not None:
             self.accepted = dict(closed.reports)
@@ -288,6 +305,7 @@ class ServerSession:
             self.accepted = {}
         self._skip_unasked()
         self.msg = self.server.close_phase()
+        self._left_by_withdrawal(news=False)
         self._opened()
 
     # --------------------------------------------------------------------- what clients send

@@ -16,7 +16,9 @@ during the run:
 - **epsilon**: every client's epsilon so far for :meth:`~fedxab.run.observe.RunObserver.
   on_privacy`, and the max over clients for progress displays
   (:class:`~fedxab.run.observe.EpsilonWatch`, recomputed only after new releases);
-- the **active clients**: the observed clients minus those withdrawn (the mask above).
+- the **active clients**: the observed clients minus those withdrawn (the mask above);
+- the **population** of each closed phase, as the server's session recorded it (who joined,
+  left, was asked and reported: :mod:`fedxab.run.population`).
 
 Progress displays get a typed, frozen :class:`~fedxab.run.observe.Progress` (the hook
 :meth:`~fedxab.run.observe.RunObserver.on_progress`).
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from fedxab.privacy.run_ledger import RunLedger
     from fedxab.results import RunRecord
     from fedxab.run.evaluation import RegretSums, Telemetry
+    from fedxab.run.population import PhasePopulation
     from fedxab.run.session import ServerSession
 
 __all__ = ["RunWatch"]
@@ -215,13 +218,22 @@ class RunWatch:
             self.tell_regret(None)
 
     def phase_closed(
-        self, counts: Any, duration: float, used: np.ndarray, *, leaving: int = 0
+        self,
+        counts: Any,
+        duration: float,
+        used: np.ndarray,
+        *,
+        leaving: int = 0,
+        population: PhasePopulation | None = None,
     ) -> None:
-        """A phase closed (a server agent): its counts, the round every active client reached
-        (``used``: evaluations per client), epsilon when due, and the progress. ``leaving``:
-        clients that said they leave but have not withdrawn yet (not counted as active)."""
+        """A phase closed (a server agent): its counts, who joined, left, was asked and
+        reported (``population``), the round every active client reached (``used``:
+        evaluations per client), epsilon when due, and the progress. ``leaving``: clients that
+        said they leave but have not withdrawn yet (not counted as active)."""
         observer = self.observer
         observer.on_phase(counts, duration, active=self.active() - leaving)
+        if population is not None:
+            observer.on_population(population)
         observer.on_phase_reports(0)
         done = self.reached(used)
         observer.on_regret(t=done)

@@ -417,3 +417,35 @@ def test_a_servers_page_shows_each_clients_best_by_name_without_the_trials():
         assert _value(browser, "kpi-evaluations") == "16"
         title = browser.evaluate("document.getElementById('regret-title').textContent")
         assert title == "best observed value"
+
+
+@needs_chromium
+def test_the_page_shows_the_population_of_each_phase_newest_first():
+    """The server's record of each closed phase (fedxab.run.population): how many joined, left,
+    were asked and reported, and who joined and left by id; hidden before the first phase."""
+    from fedxab.run.population import PhasePopulation
+
+    state = DashboardState()
+    state.start_run(
+        run_id="r", algorithm="fedpne", objective="garland", transport="kafka", clients=12, budget=9
+    )
+    rows = "[...document.querySelectorAll('#population tbody tr')]"
+    with DashboardServer(state) as page, Chromium() as browser:
+        browser.open(page.url, "document.body.dataset.renderedMs")
+        assert browser.evaluate("document.getElementById('population-panel').hidden") is True
+        state.on_population(PhasePopulation(1, tuple(range(10)), (), 10, 10))
+        state.on_population(PhasePopulation(2, (10, 11), (3, 7, 8), 9, 8))
+        version = state.version
+        deadline = time.monotonic() + 10
+        while browser.evaluate("document.body.dataset.version") != str(version):
+            assert time.monotonic() < deadline, "the page did not show the population"
+            time.sleep(0.05)
+        assert browser.evaluate("document.getElementById('population-panel').hidden") is False
+        shown = browser.evaluate(f"{rows}.map(r => [...r.cells].map(c => c.textContent))")
+        assert browser.evaluate("document.getElementById('population-totals').textContent") == (
+            "(12 joined, 3 left)"
+        )
+    assert shown == [
+        ["2", "2", "3", "9", "8", "10-11", "3, 7-8"],
+        ["1", "10", "0", "10", "10", "0-9", "–"],
+    ]

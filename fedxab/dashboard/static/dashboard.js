@@ -255,6 +255,28 @@ function table(id, rows) {
   if (!rows.length) body.insertRow().insertCell().textContent = "none";
 }
 
+// Who joined, left, was asked and reported in each closed phase (the server's record; the
+// newest phase first), and who by id.
+function drawPopulation(population) {
+  const phases = population ? population.phases : [];
+  $("population-panel").hidden = !phases.length;
+  if (!phases.length) return;
+  $("population-totals").textContent = `(${fmt(population.joined)} joined, ${fmt(population.left)} left)`;
+  const body = $("population").tBodies[0];
+  body.replaceChildren();
+  for (const row of phases.slice().reverse()) {
+    const tr = body.insertRow();
+    for (const key of ["phase", "joined", "left", "asked", "reported"]) {
+      const cell = tr.insertCell();
+      cell.className = "num";
+      cell.textContent = fmt(row[key]);
+      tr.dataset[key] = String(row[key]);
+    }
+    tr.insertCell().textContent = row.joined_ids || "–";
+    tr.insertCell().textContent = row.left_ids || "–";
+  }
+}
+
 function params(p) {
   if (!p) return "–";
   return Object.entries(p).map(([k, v]) => `${k} = ${typeof v === "number" ? fmt(v) : v}`).join(", ");
@@ -339,6 +361,7 @@ function render(state) {
   drawLifetime(state.lifetime);
   drawPhases(run);
   drawTrials(run);
+  drawPopulation(run.population);
   table("reports", Object.entries(run.reports));
   table("rejected", Object.entries(run.rejected));
   $("config").textContent = JSON.stringify(state.config, null, 2);
