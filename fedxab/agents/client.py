@@ -16,18 +16,11 @@ publish nothing for broadcasts that were already superseded when the agent start
 lie before the last one); from the latest broadcast on it answers as usual. A redelivered
 broadcast is answered from the client's reply cache, with the same report and telemetry.
 
-Locally private algorithms (``[privacy]``, DP-Fed-PNE): the agent opens the configured ledger,
-sets each hosted client's budget and gives each client its gate (:mod:`fedxab.privacy.gate`).
-Every release a client records is published to the run's ``ledger`` topic
-(:mod:`fedxab.privacy.mirror`) before the report that carries it; a client that refuses a release
-withdraws and answers nothing more. (Under central DP, DP-FTS-DE, the server does all this.)
-Under local DP nothing else derived from the clients' rewards leaves the agent
-(:func:`~fedxab.run.outcome.stays_local`): no outcome is sent at the end, and the regret
-telemetry carries the counts of the pulls only (the server needs them to know every client used
-its budget), never their regret terms. The agent keeps both (:meth:`ClientAgent.outcomes`,
-:meth:`ClientAgent.own_record`): its own results. Beside the server agent in one process
-(``server``: ``fedxab run``), it hands them to that agent directly
-(:meth:`~fedxab.agents.server.ServerAgent.take_local`), without the broker.
+Locally private algorithms (``[privacy]``, DP-Fed-PNE): what the hosted clients release, mirror
+and keep to themselves is the party's (:mod:`fedxab.run.client_party`); the agent keeps their
+results (:meth:`ClientAgent.outcomes`, :meth:`ClientAgent.own_record`). Beside the server agent
+in one process (``server``: ``fedxab run``), it hands their full telemetry and outcomes to that
+agent directly (:meth:`~fedxab.agents.server.ServerAgent.take_local`), without the broker.
 
 What the clients take and send is decided by the agent's
 :class:`~fedxab.run.client_party.ClientParty`, without I/O: the agent hands it the bytes of each
@@ -37,10 +30,8 @@ broadcast, takes only broadcasts of that session in phase order, and counts ever
 (:attr:`ClientAgent.counts`, the party's) with a log line; they never stop the agent, nor do a
 few records failing this agent's keys.
 
-With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`, role ``client``) the
-agent exports its own view, its hosted clients only: the phases it answered, the messages and
-bytes it sent and received, its clients' evaluations, regret (averaged over its clients) and
-epsilon (local DP, from its ledger). With ``metrics_privacy_only`` (``fedxab run``, where a server
+With ``metrics`` (role ``client``) the party's observer exports this agent's own view
+(:mod:`fedxab.run.client_party`). With ``metrics_privacy_only`` (``fedxab run``, where a server
 agent in the same process exports the whole federation into the same metrics) it adds only its
 clients' epsilon during the run, which the server learns only at the end.
 """
@@ -55,8 +46,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fedxab.agents.lobby import HELLO_INTERVAL_S, announce_and_watch
 from fedxab.agents.supervise import supervised
 from fedxab.agents.waits import wait_set
@@ -64,17 +53,13 @@ from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, lobby_topic, run_topics, transport_of
 from fedxab.config import Config
 from fedxab.errors import ConfigError, EvaluationError, FedxabError
-from fedxab.regret import round_grid
 from fedxab.results import RunRecord
-from fedxab.run.accounting import phase_communication
-from fedxab.run.assembly import Functions, build_run, regret_known
+from fedxab.run.assembly import Functions, build_run
 from fedxab.run.client_party import ClientParty, Records
 from fedxab.run.evaluation import Telemetry
 from fedxab.run.failures import Aborted
 from fedxab.run.identity import protocol_of
 from fedxab.run.observe import PrivacyOnly, observer_of
-from fedxab.run.outcome import mean_best
-from fedxab.run.watch import RunWatch
 
 if TYPE_CHECKING:
     from fedxab.agents.server import ServerAgent
@@ -152,28 +137,14 @@ class ClientAgent:
         """The hosted clients' message logic (:class:`~fedxab.run.client_party.ClientParty`):
         what they take, what they send."""
         self.counts = self.party.counts
-        self.hosted = self.party.hosted
-        self.clients = self.hosted.clients
-        self.hosted.watch_trials(self.observer)  # a site's own dashboard: each trial, live
-        self.evaluators = self.hosted.evaluators
-        self.family = parts.family
-        self.run_ledger = parts.run_ledger  # local DP: each client releases
+        self.clients = self.party.clients
         self.server = server
         """The server agent of this process (every party runs here), or None."""
-        self._privacy_block: dict[str, Any] | None = None
-        self.finished: Finished | None = None
-        self.watch = RunWatch(
-            self.observer,
-            config.run.budget,
-            self.clients,
-            lambda: [m for m in self.clients if self.hosted.withdrawn(m)],
-            known=regret_known(self.family, config)
-            if self.observer.wants_regret
-            else (False, False),
-            run_ledger=self.run_ledger,
-        )
-        """The metrics' view of the hosted clients (:class:`~fedxab.run.watch.RunWatch`)."""
-        self._opened = time.perf_counter()
+
+    @property
+    def finished(self) -> Finished | None:
+        """The server's final answer, once it came."""
+        return self.party.finished
 
     # ----------------------------------------------------------------------------- messages
     async def _publish(self, topic: str, records: Records) -> None:
@@ -185,16 +156,6 @@ class ClientAgent:
         self.party.welcomed(opened)
         self._matched.set()
 
-    def _observe(self, msg: Any, sent: int, bytes_up: int) -> None:
-        """After a live broadcast: the phase as this agent saw it, and its clients' regret."""
-        counts = phase_communication(msg, self.party.broadcast_bytes, sent, sent, bytes_up, sent, 0)
-        self.watch.phase_seen(
-            counts,
-            time.perf_counter() - self._opened,
-            [self.evaluators[m].used for m in self.clients],
-            mean_best(self.evaluators[m].observed.best for m in self.clients),
-        )
-
     def _hand_over(self, fresh: list[Telemetry], final: bool = False) -> None:
         """Give the server agent of this process (if any) what the broker does not carry under
         local DP: the new full telemetry ``fresh``, and (``final``) the clients' outcomes. On the
@@ -205,30 +166,14 @@ class ClientAgent:
         self.server.take_local(fresh if self.party.local_only else [], outcomes)
 
     def outcomes(self) -> dict[int, ClientOutcome]:
-        """What each hosted client observed (with its trials, where its objective is a user's),
-        by client id."""
-        return {m: self.hosted.outcome(m) for m in self.clients}
+        """What each hosted client observed (:meth:`ClientParty.outcomes
+        <fedxab.run.client_party.ClientParty.outcomes>`), by client id."""
+        return self.party.outcomes()
 
     def own_record(self, wall_s: float) -> RunRecord:
-        """The hosted clients' own results of the finished run: the server's final answer,
-        their evaluations, what each observed (with its trials) and, under local DP, their
-        privacy block from this agent's ledger. No regret (a view of some clients only)."""
-        finished = self.finished
-        if finished is None:
-            raise FedxabError(f"run {self.run_id}: not finished, no results yet")
-        outcomes = self.outcomes()
-        return RunRecord(
-            seed=self.seed,
-            run_id=self.run_id,
-            rounds=round_grid(self.config.run.budget),
-            cumulative_regret=None,
-            recommendation=np.asarray(finished.recommendation, dtype=np.float64).reshape(-1),
-            simple_regret=None,
-            evaluations=sum(o.evaluations for o in outcomes.values()),
-            wall_time_s=wall_s,
-            privacy=self._privacy_block,
-            clients=tuple(outcomes[m] for m in sorted(outcomes)),
-        )
+        """The hosted clients' own results of the finished run (:meth:`ClientParty.own_record
+        <fedxab.run.client_party.ClientParty.own_record>`)."""
+        return self.party.own_record(wall_s)
 
     async def _heartbeats(self) -> None:
         beat = 0
@@ -241,18 +186,10 @@ class ClientAgent:
     # ------------------------------------------------------------------------------ service
     async def run(self) -> Finished:
         """Answer broadcasts until the server's :class:`Finished`; returns it."""
-        observer = self.observer
-        transport = transport_of(self.broker)
-        self.watch.start(
-            self.config, self.run_id, transport, regret_known(self.family, self.config)
-        )
-        self.watch.privacy()
-        try:
+        self.party.started(transport_of(self.broker))
+        with self.party.watch.failing():
             finished = await self._run()
-        except BaseException:
-            observer.fail_run()
-            raise
-        observer.end_run()
+        self.party.watch.ended()
         return finished
 
     async def _run(self) -> Finished:
@@ -279,15 +216,7 @@ class ClientAgent:
                 may_finish={"lobby"},  # done once the server's welcome came
             )
         finally:
-            if self.run_ledger is not None:
-                if self.finished is not None:
-                    stopped = {
-                        m: int(self.clients[m].withdrawal.phase)
-                        for m in self.clients
-                        if self.hosted.withdrawn(m)
-                    }
-                    self._privacy_block = self.run_ledger.block(list(self.clients), stopped)
-                self.run_ledger.close()
+            self.party.close_ledger()
         if self.finished is None:
             raise FedxabError(
                 f"run {self.run_id}: the broadcast subscription ended before the server's final "
@@ -370,28 +299,20 @@ class ClientAgent:
                     raise FedxabError(f"the server stopped the run: {msg.text}")
                 phase = int(msg.phase)
                 if isinstance(msg, Finished):
-                    self.finished = msg
-                    self.observer.on_recommendation(msg.recommendation)
-                    self.watch.privacy()  # final: before the end markers
+                    last_words = party.finish(msg)
                     self._hand_over([], final=True)
-                    await self._publish("control", party.telemetry_records())
-                    for topic, records in party.outcome_records(msg):
+                    for topic, records in last_words:
                         await self._publish(topic, records)
-                    await self._publish("ledger", party.ledger_end_records())
-                    await self._publish("control", party.every_client("leave", phase, "leave"))
                     break
                 if live and party.repeat_too_soon(phase):
                     continue
-                self._opened = time.perf_counter()
+                opened = time.perf_counter()
                 try:
                     answers = await self._answer(msg)
                 except EvaluationError as exc:
                     await self._publish("control", party.failure_records(exc, phase))
                     raise
-                fresh = party.take_fresh()
-                for telemetry in fresh:
-                    self.watch.pulled(telemetry)
-                self._hand_over(fresh)
+                self._hand_over(party.take_fresh())
                 await self._publish("ledger", party.ledger_records())
                 if live:
                     reports, bytes_up = party.report_records(answers, phase)
@@ -399,9 +320,8 @@ class ClientAgent:
                     if party.telemetry_due():
                         await self._publish("control", party.telemetry_records())
                     party.sent(phase)
-                    self._observe(msg, len(answers), bytes_up)
+                    party.phase_seen(msg, len(answers), bytes_up, time.perf_counter() - opened)
                 else:
                     party.replayed()
-                self.watch.privacy_if_stale()
         finally:
             await sub.close()

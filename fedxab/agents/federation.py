@@ -56,8 +56,8 @@ from fedxab.run.accounting import (
     communication_block,
     stopped_phases,
 )
-from fedxab.run.assembly import Functions, build_run, regret_known
-from fedxab.run.evaluation import BudgetExceededError
+from fedxab.run.assembly import Functions, build_run
+from fedxab.run.evaluation import BudgetExceededError, regret_known
 from fedxab.run.identity import run_id_for
 from fedxab.run.job import RunStartCallback, run_seeds
 from fedxab.run.observe import ProgressCallback, observer_of
@@ -182,7 +182,7 @@ class Federation:
         if self.hosted is not None:
             self.hosted.watch_trials(observer)
         watch.privacy()
-        try:
+        with watch.failing():
             if self.hosted is None:
                 with ClientWorkers(
                     self.config,
@@ -194,10 +194,7 @@ class Federation:
                     record = self._run(watch, workers)
             else:
                 record = self._run(watch, None)
-        except BaseException:
-            observer.fail_run()
-            raise
-        observer.end_run(record)
+        watch.ended(record)
         return record
 
     def _answers(

@@ -145,10 +145,6 @@ class ServerAgent:
         return self.run_session.phases
 
     @property
-    def finished(self) -> Finished | None:
-        return self.run_session.finished
-
-    @property
     def phase(self) -> int:
         """The open phase (the final answer's phase once the run is over; 0 before it starts)."""
         return 0 if self.run_session.msg is None else self.run_session.phase
@@ -169,17 +165,6 @@ class ServerAgent:
         self._wakeup.set()
 
     # --------------------------------------------------------------------------- the phases
-    @property
-    def active(self) -> int:
-        """Clients still in the run (those that have not withdrawn)."""
-        return len(self.run_session.active)
-
-    def _barrier_met(self, opened: float) -> bool:
-        settings = self.settings
-        return self.run_session.barrier_met(
-            time.monotonic() - opened, settings.phase_deadline_s, settings.quorum
-        )
-
     async def _publish(self, msg: Any) -> int:
         """Publish the broadcast ``msg``; its payload's size."""
         record, size = self.party.broadcast_record(msg)
@@ -240,7 +225,8 @@ class ServerAgent:
         reported = len(self.run_session.accepted)
         deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
         next_status = opened + self.settings.status_interval_s
-        while not self._barrier_met(opened):
+        quorum = self.settings.quorum
+        while not self.run_session.barrier_met(time.monotonic() - opened, deadline, quorum):
             if self.party.failure is not None:
                 await self._abort(msg)
             self._wakeup.clear()
@@ -302,7 +288,7 @@ class ServerAgent:
             await self.broker.publish_many(self.topics["ledger"], budgets)
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
-            active = self.active  # the clients the broadcast is for
+            active = len(self.run_session.active)  # the clients the broadcast is for
             opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
@@ -327,7 +313,7 @@ class ServerAgent:
         await self._linger(
             done=lambda: self.sums.complete(expected) and len(self.party.left) == self.n_clients,
             progress=lambda: (self.party.fresh_telemetry, len(self.party.left)),
-            repeat=lambda: self._publish(self.finished),
+            repeat=lambda: self._publish(self.run_session.finished),
         )
         self.party.warn_incomplete(expected)
 
@@ -368,14 +354,9 @@ class ServerAgent:
 
     async def run(self) -> RunRecord:
         """Run (or resume) the federation to its end; the record of regret and communication."""
-        self.party.start_run(transport_of(self.broker))
-        try:
-            record = await self._run()
-        except BaseException:
-            self.observer.fail_run()
-            raise
-        self.observer.end_run(record)
-        return record
+        self.party.started(transport_of(self.broker))
+        with self.party.watch.failing():
+            return await self._run()
 
     async def _run(self) -> RunRecord:
         await self.broker.create_topics([*self.topics.values(), self.lobby])

@@ -32,7 +32,7 @@ from fedxab.objectives.registry import make_objective
 from fedxab.objectives.user import load_function, user_objectives
 from fedxab.privacy.gate import LedgerGate
 from fedxab.privacy.run_ledger import RunLedger
-from fedxab.run.evaluation import ClientEvaluator, GlobalValues, RegretSums
+from fedxab.run.evaluation import ClientEvaluator, GlobalValues, RegretSums, regret_known
 from fedxab.run.outcome import stays_local, withheld_block
 from fedxab.run.participation import Participation
 from fedxab.run.session import ClientSession, ServerSession
@@ -48,7 +48,6 @@ __all__ = [
     "client_family",
     "make_family",
     "make_noise_model",
-    "regret_known",
     "server_family",
 ]
 
@@ -105,17 +104,6 @@ def client_family(
     )
     clients = tuple(built.get(m) for m in range(n_clients))
     return ClientFamily(global_objective=None, clients=clients, kind="user")
-
-
-def regret_known(family: ClientFamily | None, config: Config) -> tuple[bool, bool]:
-    """Whether the global and the local (per-client) regret are measured: the optima are known
-    (a simulation; never for a user's objective), and for the global one, ``[federation]
-    global_regret`` asks for it."""
-    if family is None or family.global_objective is None:
-        return False, False
-    local = all(c is not None and c.optimum_value is not None for c in family.clients)
-    wanted = config.federation is None or config.federation.global_regret is not False
-    return wanted and family.global_objective.optimum_value is not None, local
 
 
 @dataclasses.dataclass

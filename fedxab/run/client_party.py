@@ -22,13 +22,21 @@ too; they name a key as wrong (a :class:`~fedxab.errors.FedxabError` that stops 
 by the rule of :class:`~fedxab.security.agents.KeyWatch` (sustained failures, none verified),
 never on a few forged records.
 
-Under local DP (:func:`~fedxab.run.outcome.stays_local`) nothing derived from the clients'
+Locally private algorithms (``[privacy]``, DP-Fed-PNE; under central DP, DP-FTS-DE, the server
+does all this): the party holds the configured ledger, each hosted client's budget and its gate
+(:mod:`fedxab.privacy.gate`); a client that refuses a release withdraws and answers nothing
+more. Under local DP (:func:`~fedxab.run.outcome.stays_local`) nothing derived from the clients'
 rewards leaves the party but the releases its ledger charged: the telemetry carries the counts of
 the pulls only, never their regret terms, and no outcome is sent (with ``[privacy]
 release_best``, each client's best value as a DP release instead: :mod:`fedxab.privacy.best`).
 Every release a client records is mirrored to the ledger topic (:mod:`fedxab.privacy.mirror`)
 before the report that carries it; in a signing run the signed record is also kept in the
 client's own ledger as the row's evidence.
+
+With ``metrics`` (:class:`~fedxab.monitoring.metrics.FederationMetrics`, role ``client``) the
+party's observer gets its own view, its hosted clients only (:attr:`ClientParty.watch`): the
+phases it answered, the messages and bytes it sent and received, its clients' evaluations,
+regret (averaged over its clients) and epsilon (local DP, from its ledger).
 """
 
 from __future__ import annotations
@@ -40,15 +48,27 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.codec import SERVER, Envelope, client_sender, encode_envelope, packb
 from fedxab.errors import EvaluationError, FedxabError, ProtocolError
 from fedxab.privacy.best import BestRelease, release_best
+from fedxab.regret import round_grid
+from fedxab.results import RunRecord
+from fedxab.run.accounting import phase_communication
 from fedxab.run.envelope import Refusal, admit, check_phase
-from fedxab.run.evaluation import TELEMETRY_PULLS, Telemetry, telemetry_batches, telemetry_to_wire
+from fedxab.run.evaluation import (
+    TELEMETRY_PULLS,
+    Telemetry,
+    regret_known,
+    telemetry_batches,
+    telemetry_to_wire,
+)
 from fedxab.run.failures import Aborted, failure_body, failure_text
-from fedxab.run.outcome import stays_local
+from fedxab.run.outcome import mean_best, stays_local
+from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch, signer_for
 from fedxab.security.signing import Opened, SignatureError, open_record
 
@@ -57,6 +77,7 @@ if TYPE_CHECKING:
     from fedxab.privacy.mirror import Owner
     from fedxab.run.assembly import RunParts
     from fedxab.run.observe import RunObserver
+    from fedxab.run.outcome import ClientOutcome
 
 __all__ = ["ClientParty", "Records"]
 
@@ -91,6 +112,7 @@ class ClientParty:
         namespace: str = "fedxab",
     ) -> None:
         assert parts.clients is not None and config.agents is not None
+        self.config = config
         self.run_id = run_id
         self.namespace = namespace
         self.seed = seed
@@ -98,6 +120,7 @@ class ClientParty:
         self.hosted = parts.clients
         """The hosted clients' session (:class:`~fedxab.run.session.ClientSession`)."""
         self.clients = self.hosted.clients
+        self.family = parts.family
         self.run_ledger = parts.run_ledger  # local DP: each client releases
         self.gates = parts.gates
         self.local_only = stays_local(config)
@@ -111,7 +134,21 @@ class ClientParty:
         self.signer = signer_for(config, list(self.clients))  # None unless the run signs
         self.max_message_bytes = max_message_bytes
         self.observer = observer
-        """Told of each broadcast refused (:meth:`_invalid`)."""
+        """Told of each broadcast refused (:meth:`_invalid`), and what :attr:`watch` tells."""
+        self.watch = RunWatch(
+            observer,
+            config.run.budget,
+            self.clients,
+            lambda: [m for m in self.clients if self.hosted.withdrawn(m)],
+            known=regret_known(self.family, config) if observer.wants_regret else (False, False),
+            run_ledger=self.run_ledger,
+        )
+        """The observer's view of the hosted clients (:class:`~fedxab.run.watch.RunWatch`)."""
+        self.hosted.watch_trials(observer)  # a site's own dashboard: each trial, live
+        self.finished: Finished | None = None
+        """The server's final answer, once it came (:meth:`finish`)."""
+        self.privacy: dict[str, Any] | None = None
+        """Local DP, once finished: the hosted clients' privacy block (:meth:`close_ledger`)."""
         self.rebroadcast_s = config.agents.rebroadcast_s
         self.telemetry_interval_s = config.agents.telemetry_interval_s
         self.session = ""
@@ -295,14 +332,32 @@ class ClientParty:
         return out
 
     def take_fresh(self) -> list[Telemetry]:
-        """The new telemetry of the pulls since the last call (each pull once)."""
+        """The new telemetry of the pulls since the last call (each pull once), counted for
+        the observer (:meth:`RunWatch.pulled <fedxab.run.watch.RunWatch.pulled>`)."""
         fresh, self._fresh = self._fresh, []
+        for telemetry in fresh:
+            self.watch.pulled(telemetry)
         return fresh
+
+    def phase_seen(self, msg: Any, sent: int, bytes_up: int, duration: float) -> None:
+        """A live broadcast ``msg`` answered in ``duration`` seconds with ``sent`` reports of
+        ``bytes_up`` payload bytes: the phase as this party saw it, its clients' regret and best
+        observed values and, once stale, their epsilon, to the observer."""
+        counts = phase_communication(msg, self.broadcast_bytes, sent, sent, bytes_up, sent, 0)
+        evaluators = self.hosted.evaluators
+        self.watch.phase_seen(
+            counts,
+            duration,
+            [evaluators[m].used for m in self.clients],
+            mean_best(evaluators[m].observed.best for m in self.clients),
+        )
+        self.watch.privacy_if_stale()
 
     def replayed(self) -> None:
         """A broadcast superseded before the agent started was answered, its replies not sent
-        (a restarted agent rebuilds its clients)."""
+        (a restarted agent rebuilds its clients); the clients' epsilon told once stale."""
         self.counts["broadcasts_replayed"] += 1
+        self.watch.privacy_if_stale()
 
     # ----------------------------------------------------------------------------- outgoing
     def seal(self, envelope: bytes, m: int) -> bytes:
@@ -409,6 +464,71 @@ class ClientParty:
         best = self.hosted.outcome(m).best_value
         release = release_best(self.best_release, best, self.gates[m], self.seed, m)
         return {"client": m, **release}
+
+    # ------------------------------------------------------------------------------ the run
+    def started(self, transport: str) -> None:
+        """Tell the observer the run starts over ``transport`` for the hosted clients and, for a
+        private run, their epsilon so far."""
+        self.watch.start(
+            self.config, self.run_id, transport, regret_known(self.family, self.config)
+        )
+        self.watch.privacy()
+
+    def finish(self, finished: Finished) -> list[tuple[str, Records]]:
+        """The server's final answer: kept, its recommendation and the clients' final epsilon
+        told to the observer; what goes to the server then, as (topic, records) to publish in
+        order: the last telemetry, the outcomes (:meth:`outcome_records`), each client's ledger
+        end marker (after its last release) and each client's leave."""
+        self.finished = finished
+        self.observer.on_recommendation(finished.recommendation)
+        self.watch.privacy()  # final: before the end markers
+        phase = int(finished.phase)
+        return [
+            ("control", self.telemetry_records()),
+            *self.outcome_records(finished),
+            ("ledger", self.ledger_end_records()),
+            ("control", self.every_client("leave", phase, "leave")),
+        ]
+
+    def close_ledger(self) -> None:
+        """Local DP, when the agent stops: the hosted clients' privacy block (:attr:`privacy`;
+        once the run finished), then the ledger closed."""
+        if self.run_ledger is None:
+            return
+        if self.finished is not None:
+            stopped = {
+                m: int(self.clients[m].withdrawal.phase)
+                for m in self.clients
+                if self.hosted.withdrawn(m)
+            }
+            self.privacy = self.run_ledger.block(list(self.clients), stopped)
+        self.run_ledger.close()
+
+    def outcomes(self) -> dict[int, ClientOutcome]:
+        """What each hosted client observed (with its trials, where its objective is a user's),
+        by client id."""
+        return {m: self.hosted.outcome(m) for m in self.clients}
+
+    def own_record(self, wall_s: float) -> RunRecord:
+        """The hosted clients' own results of the finished run: the server's final
+        answer, their evaluations, what each observed (with its trials) and, under local DP,
+        their privacy block. No regret (a view of some clients only)."""
+        finished = self.finished
+        if finished is None:
+            raise FedxabError(f"run {self.run_id}: not finished, no results yet")
+        outcomes = self.outcomes()
+        return RunRecord(
+            seed=self.seed,
+            run_id=self.run_id,
+            rounds=round_grid(self.config.run.budget),
+            cumulative_regret=None,
+            recommendation=np.asarray(finished.recommendation, dtype=np.float64).reshape(-1),
+            simple_regret=None,
+            evaluations=sum(o.evaluations for o in outcomes.values()),
+            wall_time_s=wall_s,
+            privacy=self.privacy,
+            clients=tuple(outcomes[m] for m in sorted(outcomes)),
+        )
 
     # -------------------------------------------------------------------------- ledger topic
     # (The record builders import privacy.mirror here: only a private run needs them, and they

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from fedxab.objectives.noise import NoiseModel
 from fedxab.run.outcome import ObservedBest
 from fedxab.seeding import stream
 
+if TYPE_CHECKING:
+    from fedxab.config import Config
+
 __all__ = [
     "TELEMETRY_PULLS",
     "BudgetExceededError",
@@ -43,6 +46,7 @@ __all__ = [
     "GlobalValues",
     "RegretSums",
     "Telemetry",
+    "regret_known",
     "telemetry_batches",
 ]
 
@@ -643,3 +647,14 @@ class RegretSums:
             curve(self.global_simple_sum, self._best_global),
             curve(self.local_simple_sum, self._best_local),
         )
+
+
+def regret_known(family: ClientFamily | None, config: Config) -> tuple[bool, bool]:
+    """Whether the global and the local (per-client) regret are measured: the optima are known
+    (a simulation; never for a user's objective), and for the global one, ``[federation]
+    global_regret`` asks for it."""
+    if family is None or family.global_objective is None:
+        return False, False
+    local = all(c is not None and c.optimum_value is not None for c in family.clients)
+    wanted = config.federation is None or config.federation.global_regret is not False
+    return wanted and family.global_objective.optimum_value is not None, local

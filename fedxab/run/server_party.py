@@ -507,7 +507,7 @@ class ServerParty:
             )
 
     # ------------------------------------------------------------------------ the run
-    def start_run(self, transport: str) -> None:
+    def started(self, transport: str) -> None:
         """Tell the observer the run starts over ``transport`` (with the regret this server can
         compute: none under local DP) and, for a private run, the clients' epsilon so far."""
         sums = self.run_session.sums
@@ -528,14 +528,16 @@ class ServerParty:
 
     def finish(self, wall: float, privacy: dict[str, Any] | None) -> RunRecord:
         """The run's record after ``wall`` seconds (its ``privacy`` block: :meth:`privacy_block`),
-        once the telemetry and the ledger are in; this server's ledger closed, and one last
-        progress update (:meth:`RunWatch.finished <fedxab.run.watch.RunWatch.finished>`)."""
+        once the telemetry and the ledger are in; this server's ledger closed, one last progress
+        update (:meth:`RunWatch.finished <fedxab.run.watch.RunWatch.finished>`) and the run's
+        end told to the observer."""
         if self.run_ledger is not None:
             self.run_ledger.close()
         session = self.run_session
         record = session.record(wall, privacy)
         phase = session.phases[-1].phase if session.phases else None
         self.watch.finished(record, session.sums.used, phase)
+        self.watch.ended(record)
         return record
 
     # ------------------------------------------------------------------------ writing

@@ -26,9 +26,10 @@ Progress displays get a typed, frozen :class:`~fedxab.run.observe.Progress` (the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,7 +119,7 @@ class RunWatch:
         """Tell the observer that run ``run_id`` of ``config`` starts, seen over ``transport``
         (``inprocess``, ``memory``, ``kafka``) for the observed clients; ``known``: whether
         this party can compute the global and local regret
-        (:func:`~fedxab.run.assembly.regret_known`)."""
+        (:func:`~fedxab.run.evaluation.regret_known`)."""
         self.observer.start_run(
             run_id=run_id,
             algorithm=config.algorithm.name,
@@ -129,6 +130,20 @@ class RunWatch:
             regret_known=known[0],
             local_regret_known=known[1],
         )
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        """Around a run: an error or an interruption in it tells the observer the run failed
+        (:meth:`~fedxab.run.observe.RunObserver.fail_run`) before it goes on up."""
+        try:
+            yield
+        except BaseException:
+            self.observer.fail_run()
+            raise
+
+    def ended(self, record: RunRecord | None = None) -> None:
+        """Tell the observer the run finished (with its ``record``, where the party has one)."""
+        self.observer.end_run(record)
 
     # ------------------------------------------------------------------- the active clients
     def active_mask(self) -> np.ndarray:
