@@ -2,11 +2,14 @@
 (spec-fedpne-pfpne §11), with the papers' hyper-parameters (§7.1, §8.1; see ``orderings.py``).
 
 Every check compares means over 5 fixed seeds (0..4; paired: algorithms share a seed's client
-objectives and noise streams) of the final cumulative regret per client, ``R(T) / M``. Uniform
-noise U(-0.1, 0.1); the spec's heterogeneity defaults: value offsets xi_m ~ N(0, 1) ("offset",
-[FX]) and input shifts s_m ~ N(0, (0.05 x range)^2) per coordinate ("shift", [PF]); M = 10 clients
-unless stated. Numbers in docstrings are "mean ± population std over the 5 seeds" as measured
-when the tests were written; each test states its budget and tolerance.
+objectives and noise streams) of the final cumulative regret per client, ``R(T) / M``. The
+HCT baselines pay a message per pull (central HCT at T = 1000: about 1.6 CPU-seconds per seed
+with 10 clients, 5.5 with 50), so the tests that run them use seeds 0..2 (:data:`HCT_SEEDS`) and
+say what they compare. Uniform noise U(-0.1, 0.1); the spec's heterogeneity defaults: value
+offsets xi_m ~ N(0, 1) ("offset", [FX]) and input shifts s_m ~ N(0, (0.05 x range)^2) per
+coordinate ("shift", [PF]); M = 10 clients unless stated. Numbers in docstrings are "mean ±
+population std over the 5 seeds" as measured when the tests were written; each test states its
+budget and tolerance.
 
 Where an ordering does not hold at any budget a test can afford, the test is
 ``xfail(strict=True)`` with the measured numbers: it documents the gap, and it will fail (XPASS)
@@ -26,14 +29,19 @@ from fedxab.algorithms.pfpne import transition_depth
 pytestmark = pytest.mark.slow
 
 SEEDS = 5
+HCT_SEEDS = 3
+"""Seeds 0..2 of the HCT baselines, whose seeds differ by a few percent against margins of 5% or
+more (each test gives the per-seed values measured on seeds 0..4)."""
 
 
-def _local(algorithm: str, objective: str, budget: int, **kw) -> Setting:
-    return Setting(algorithm, objective, "shift", budget, repeats=SEEDS, **kw)
+def _local(algorithm: str, objective: str, budget: int, repeats: int = SEEDS) -> Setting:
+    return Setting(algorithm, objective, "shift", budget, repeats=repeats)
 
 
-def _global(algorithm: str, objective: str, budget: int, clients: int, **kw) -> Setting:
-    return Setting(algorithm, objective, "offset", budget, clients=clients, repeats=SEEDS, **kw)
+def _global(
+    algorithm: str, objective: str, budget: int, clients: int, repeats: int = SEEDS
+) -> Setting:
+    return Setting(algorithm, objective, "offset", budget, clients=clients, repeats=repeats)
 
 
 # ------------------------------------------------------------------ 1. PF-PNE, local regret
@@ -115,7 +123,9 @@ def test_pfpne_local_regret_below_local_hct_on_shifted_garland():
 
     Budget T = 3000 (the smallest at which PF-PNE spends most of its budget in stage 2: the
     handover comes at 0.24..0.36 T; at T = 1000 it comes at 0.63..0.94 T), M = 10. Tolerance:
-    strict inequality of the 5-seed means. Measured: PF-PNE 797 ± 28, local HCT 313 ± 12. Local
+    strict inequality of the means over seeds 0..2 (:data:`HCT_SEEDS`). Measured on seeds 0..4:
+    PF-PNE 782.0, 753.6, 835.2, 796.9, 816.3 (797 ± 28), local HCT 305.9, 330.3, 319.9, 313.1,
+    295.5 (313 ± 12): PF-PNE is 2.3 to 2.8 times local HCT on every seed. Local
     HCT is adaptive (it samples a node only while its upper bound is the best), whereas PF-PNE's
     stage 2 pulls every non-protected active node tau_h times (tau_7 = 1887 at T = 10^4).
     Himmelblau's numbers, in the reason, are not run here (local HCT on the 2-D shifted family
@@ -139,7 +149,9 @@ def test_pfpne_local_regret_below_local_hct_on_shifted_garland():
     U(-0.1, 0.1) noise, its own draws, seeds 0..4), T = 3000: 433 ± 8, still below PF-PNE's
     797 ± 28; [FX]'s rho = 0.75 for fedxab's local HCT: 281 ± 2.
     """
-    pf, hct = outcomes(_local("pfpne", "garland", 3000), _local("local-hct", "garland", 3000))
+    pf, hct = outcomes(
+        _local("pfpne", "garland", 3000, HCT_SEEDS), _local("local-hct", "garland", 3000, HCT_SEEDS)
+    )
     assert pf.local_regret.mean() < hct.local_regret.mean(), (
         f"PF-PNE {mean_std(pf.local_regret)} vs local HCT {mean_std(hct.local_regret)}"
     )
@@ -159,8 +171,13 @@ def test_fedpne_global_regret_below_central_hct_and_fed1ucb_with_50_clients(obje
     < Fed1-UCB's (20 random-offset arms, kappa = 1), with value offsets.
 
     Budget T = 1000, M = 50 (a value of the spec's proposed M-sweep {5, 10, 50, 500}; [FX] does
-    not state Fig. 2's M). Tolerances: mean(Fed-PNE) < 0.95 mean(central HCT) and
-    < 0.8 mean(Fed1-UCB). Measured on seeds 0..4 / 100..104 / 200..204:
+    not state Fig. 2's M). Tolerances: Fed-PNE < 0.95 central HCT on each of the paired seeds
+    0..2 (:data:`HCT_SEEDS`: central HCT costs about 5.5 CPU-seconds per seed here, Fed-PNE 0.1),
+    and mean(Fed-PNE) < 0.8 mean(Fed1-UCB) over seeds 0..4. Per seed 0..4, Fed-PNE / central
+    HCT: Garland 124.6/137.5, 122.4/137.2, 122.0/134.7, 122.0/138.6, 122.4/138.4 (ratios 0.88 to
+    0.91), DoubleSine 38.5 on every seed / 64.8, 66.6, 66.3, 65.1, 65.7 (0.58 to 0.59); Fed1-UCB
+    Garland 172.5, 145.1, 313.2, 312.0, 249.5, DoubleSine 230.8, 236.3, 131.9, 99.5, 99.7.
+    Measured on seeds 0..4 / 100..104 / 200..204:
     Garland: Fed-PNE 122.7 ± 1.0 / 121.6 ± 0.9 / 121.9 ± 0.7, central HCT 137.2 ± 1.4 /
     137.6 ± 0.5 / 138.1 ± 0.6, Fed1-UCB 238.4 ± 69.6 / 274.7 ± 49.4 / 232.5 ± 53.4;
     DoubleSine: Fed-PNE 38.5 ± 0.0 (all sets), central HCT 65.7 ± 0.7 / 65.8 ± 0.7 / 66.3 ± 0.4,
@@ -180,14 +197,15 @@ def test_fedpne_global_regret_below_central_hct_and_fed1ucb_with_50_clients(obje
     """
     fed, central, ucb = outcomes(
         _global("fedpne", objective, 1000, 50),
-        _global("central-hct", objective, 1000, 50),
+        _global("central-hct", objective, 1000, 50, HCT_SEEDS),
         _global("fed1ucb", objective, 1000, 50),
     )
+    paired = fed.global_regret[:HCT_SEEDS]  # the seeds central HCT ran
     summary = (
-        f"Fed-PNE {mean_std(fed.global_regret)}, central HCT {mean_std(central.global_regret)}, "
-        f"Fed1-UCB {mean_std(ucb.global_regret)}"
+        f"Fed-PNE {fed.global_regret.round(1)}, central HCT {central.global_regret.round(1)}, "
+        f"Fed1-UCB {ucb.global_regret.round(1)}"
     )
-    assert fed.global_regret.mean() < 0.95 * central.global_regret.mean(), summary
+    assert np.all(paired < 0.95 * central.global_regret), summary
     assert fed.global_regret.mean() < 0.8 * ucb.global_regret.mean(), summary
 
 
@@ -203,11 +221,13 @@ def test_fedpne_global_regret_below_central_hct_and_fed1ucb_with_50_clients(obje
 def test_fedpne_global_regret_below_central_hct_on_garland_with_10_clients():
     """[FX] Fig. 2(a) with the spec's default M = 10: Fed-PNE < centralised HCT on Garland.
 
-    Budget T = 1000. Tolerance: strict inequality of the 5-seed means. Measured: Fed-PNE
-    153.3 ± 0.8, central HCT 135.1 ± 2.4. With M = 10 each depth-h node costs every client
-    ceil(tau_h / 10) pulls, and Fed-PNE reaches depth 8 to 9 by T = 10^4, where even the centre of
-    the cell holding Garland's cusp x* = pi/6 is 0.082 (depth 8) or 0.055 (depth 9) below f*:
-    its regret per round is still 0.10 at T = 10^4, central HCT's 0.059.
+    Budget T = 1000. Tolerance: strict inequality of the means over seeds 0..2
+    (:data:`HCT_SEEDS`). Measured on seeds 0..4: Fed-PNE 153.0, 153.0, 155.0, 152.7, 153.0
+    (153.3 ± 0.8), central HCT 134.9, 134.7, 138.7, 136.2, 131.3 (135.1 ± 2.4). With M = 10
+    each depth-h node costs every client ceil(tau_h / 10) pulls, and Fed-PNE reaches depth 8 to 9
+    by T = 10^4, where even the centre of the cell holding Garland's cusp x* = pi/6 is 0.082
+    (depth 8) or 0.055 (depth 9) below f*: its regret per round is still 0.10 at T = 10^4,
+    central HCT's 0.059.
 
     With PyXAB 0.3.0's own HCT as the centralised baseline (what the papers' authors ran; its
     regret is higher than fedxab's, see benchmarks/README.md), rho = 0.75, each round's reward
@@ -216,7 +236,8 @@ def test_fedpne_global_regret_below_central_hct_on_garland_with_10_clients():
     1004.
     """
     fed, central = outcomes(
-        _global("fedpne", "garland", 1000, 10), _global("central-hct", "garland", 1000, 10)
+        _global("fedpne", "garland", 1000, 10, HCT_SEEDS),
+        _global("central-hct", "garland", 1000, 10, HCT_SEEDS),
     )
     assert fed.global_regret.mean() < central.global_regret.mean(), (
         f"Fed-PNE {mean_std(fed.global_regret)} vs central HCT {mean_std(central.global_regret)}"
