@@ -126,6 +126,7 @@ class ServerAgent:
             observer=self.observer,
             local_clients=local_clients,
             run_ledger=parts.run_ledger,  # central DP: this (trusted) server releases
+            namespace=namespace,
         )
         """The run's side of the wire (:class:`~fedxab.run.server_party.ServerParty`): what each
         record read does and the records to publish; this agent moves them."""
@@ -275,17 +276,15 @@ class ServerAgent:
     async def _mirror_ledger(self, *, end: bool = False) -> None:
         """Central DP: publish the releases recorded since the last call to the ledger topic
         (and, with ``end``, each client's end marker)."""
-        run_ledger = self.party.run_ledger
-        if run_ledger is not None:
-            records = self.party.ledger_records(run_ledger, self.namespace, end=end)
+        if self.party.run_ledger is not None:
+            records = self.party.ledger_records(end=end)
             await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
         msg, self._history = self.party.replay(self._closed)
         await self._republish_history()
         if self.party.run_ledger is not None:  # each client's budgets and data owner
-            budgets = self.party.budget_records(self.party.run_ledger, self.namespace)
-            await self.broker.publish_many(self.topics["ledger"], budgets)
+            await self.broker.publish_many(self.topics["ledger"], self.party.budget_records())
             await self._mirror_ledger()  # what the replayed phases recorded
         while not isinstance(msg, Finished):
             active = len(self.run_session.active)  # the clients the broadcast is for

@@ -121,6 +121,7 @@ class ServerParty:
         observer: RunObserver,
         local_clients: bool = False,
         run_ledger: RunLedger | None = None,
+        namespace: str = "fedxab",
     ) -> None:
         assert config.federation is not None and config.agents is not None
         self.config = config
@@ -138,6 +139,7 @@ class ServerParty:
         self.local_clients = local_clients
         """Every client runs in the agent's process and hands its telemetry over there."""
         self.run_ledger = run_ledger
+        self.namespace = namespace  # (written into the ledger-topic records)
         """Central DP: the ledger this (trusted) server's releases are recorded in."""
         self.watch = RunWatch.of_session(observer, session, run_ledger)
         """What the observer is told: progress, running regret, epsilon."""
@@ -577,10 +579,14 @@ class ServerParty:
             return envelope_bytes
         return self.signer.seal_about(envelope_bytes, m, self.signing_session)
 
-    def budget_records(self, run_ledger: RunLedger, namespace: str) -> list[tuple[str, bytes]]:
-        """Central DP: each client's budgets and data owner, for the ledger topic (by key)."""
+    def budget_records(self) -> list[tuple[str, bytes]]:
+        """Central DP: each client's budgets and data owner, for the ledger topic (by key);
+        none without this server's ledger."""
         from fedxab.privacy.mirror import Owner, budget_record  # (private runs only)
 
+        run_ledger, namespace = self.run_ledger, self.namespace
+        if run_ledger is None:
+            return []
         return [
             (
                 str(m),
@@ -599,14 +605,16 @@ class ServerParty:
             for m in range(self.n_clients)
         ]
 
-    def ledger_records(
-        self, run_ledger: RunLedger, namespace: str, *, end: bool = False
-    ) -> list[tuple[str, bytes]]:
+    def ledger_records(self, *, end: bool = False) -> list[tuple[str, bytes]]:
         """Central DP: the releases recorded since the last call, for the ledger topic (by
-        key), for each client (and, with ``end``, each client's end marker). In a signing run
-        each record is kept in the ledger as its row's evidence, as a client keeps its own."""
+        key), for each client (and, with ``end``, each client's end marker); none without this
+        server's ledger. In a signing run each record is kept in the ledger as its row's
+        evidence, as a client keeps its own."""
         from fedxab.privacy.mirror import Owner, end_record, release_record  # (private only)
 
+        run_ledger, namespace = self.run_ledger, self.namespace
+        if run_ledger is None:
+            return []
         records = []
         server = self.run_session.server
         for m, gate in server.gates.items():
