@@ -71,6 +71,30 @@ def test_the_running_regret_is_per_observed_client_and_unknown_is_none_or_nan():
     assert blind.done == [2]
 
 
+class Ends(RunObserver):
+    """Records how runs end."""
+
+    def __init__(self) -> None:
+        self.ends: list[object] = []
+
+    def fail_run(self) -> None:
+        self.ends.append("failed")
+
+    def end_run(self, record=None) -> None:
+        self.ends.append(record)
+
+
+def test_a_run_that_raises_is_told_failed_once_and_a_finished_one_ended():
+    seen = Ends()
+    watch = RunWatch(seen, 8, [0])
+    with pytest.raises(KeyboardInterrupt), watch.failing():
+        raise KeyboardInterrupt  # (an interruption too: BaseException)
+    with watch.failing():
+        pass
+    watch.ended("record")
+    assert seen.ends == ["failed", "record"]
+
+
 def test_a_progress_callback_gets_the_typed_progress_as_before():
     plain: list[tuple] = []
     ProgressObserver(lambda *a, **k: plain.append((a, k))).on_progress(Progress(3, 9, 0.5, 2))
