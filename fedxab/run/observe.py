@@ -109,8 +109,11 @@ class RunObserver:
     wants_progress = False
     """Whether :meth:`on_progress` is used (runners skip computing progress otherwise)."""
     wants_details = False
-    """Whether :meth:`on_progress` shows the details: the phase, the evaluations and epsilon
-    (recomputed from the ledger: costly)."""
+    """Whether :meth:`on_progress` shows the details: the phase, the evaluations and epsilon. A
+    demand, like :attr:`wants_progress`, not a channel (the values come in the typed
+    :class:`Progress`): only then does :class:`~fedxab.run.watch.RunWatch` compute the max
+    epsilon (recomputed from the ledger: costly) and send a last update once the run's record is
+    complete."""
     wants_regret = False
     """Whether :meth:`on_regret` and :meth:`on_observed` are used during the run (the simple
     regret costs a little)."""
@@ -222,18 +225,20 @@ class RunObserver:
 
 
 class ProgressObserver(RunObserver):
-    """A progress callback (:data:`ProgressCallback`) as an observer."""
+    """A progress callback (:data:`ProgressCallback`) as an observer: called with the
+    :class:`Progress`'s ``done``, ``total`` and ``regret``; a callback with a true ``details``
+    attribute (the public opt-in) also with its ``phase``, ``evaluations`` and ``epsilon`` as
+    keywords, and it wants the details (:attr:`RunObserver.wants_details`)."""
 
     wants_progress = True
 
     def __init__(self, callback: ProgressCallback) -> None:
         self.callback = callback
-        self.details = bool(getattr(callback, "details", False))
-        self.wants_details = self.details
+        self.wants_details = bool(getattr(callback, "details", False))
 
     def on_progress(self, progress: Progress) -> None:
         p = progress
-        if self.details:
+        if self.wants_details:
             self.callback(
                 p.done,
                 p.total,
