@@ -383,6 +383,13 @@ class ClientEvaluator:
 _FLUSH_PULLS = 65_536
 """Most pulls :meth:`RegretSums.flush` adds at once (it holds their terms and positions)."""
 
+_LONG_ENTRY = 64
+"""Pulls from which :meth:`RegretSums.flush` adds an entry on its own, by slices of its
+positions: for such entries (Fed-PNE's: 12 to 5,176 pulls, median 364, with M = 100 and
+T = 10^4) slices cost less than ``np.add.at``'s positions and concatenated terms, temporaries
+of up to half a megabyte that the C library maps afresh, page by page, at each flush
+(benchmarks/NOTES.md, "Transports": 5,600 page faults a run)."""
+
 
 def _concatenated(parts: list[np.ndarray | None]) -> np.ndarray:
     """The terms of the entries, one after the other (check() refused entries without them)."""
@@ -470,13 +477,21 @@ class RegretSums:
                 raise ProtocolError(f"telemetry of client {telemetry.client} lacks {name!r}")
 
     def flush(self) -> None:
-        """Add every buffered telemetry into the sums, in (phase, client) order, a few
-        thousand pulls at a time (:meth:`_add_in_order`)."""
+        """Add every buffered telemetry into the sums, in (phase, client) order: a long entry
+        on its own (:meth:`_add_entry`), the short ones between two long ones a few thousand
+        pulls at a time (:meth:`_add_in_order`); either way each round's sum is the same
+        sequence of additions."""
         pending = sorted(self._pending, key=lambda t: (t.phase, t.client, t.start))
         self._pending = []
         chunk: list[Telemetry] = []
         pulls = 0
         for t in pending:
+            if t.count >= _LONG_ENTRY:
+                if chunk:
+                    self._add_in_order(chunk)
+                    chunk, pulls = [], 0
+                self._add_entry(t)
+                continue
             if chunk and pulls + t.count > _FLUSH_PULLS:
                 self._add_in_order(chunk)
                 chunk, pulls = [], 0
@@ -484,6 +499,19 @@ class RegretSums:
             pulls += t.count
         if chunk:
             self._add_in_order(chunk)
+
+    def _add_entry(self, t: Telemetry) -> None:
+        """Add one entry into the sums, by slices of its positions."""
+        stop = t.start + t.count
+        if self.global_sum is not None:
+            assert t.global_terms is not None  # check() refused telemetry without them
+            self.global_sum[t.start : stop] += t.global_terms
+        if self.local_sum is not None:
+            assert t.local_terms is not None
+            self.local_sum[t.start : stop] += t.local_terms
+        self.pulls_at[t.start : stop] += 1
+        self.evaluations_by_phase[t.phase] = self.evaluations_by_phase.get(t.phase, 0) + t.count
+        self._add_simple(t)
 
     def _add_in_order(self, pending: list[Telemetry]) -> None:
         """Add ``pending`` (sorted) into the sums: all the entries at once, as ``np.add.at``

@@ -216,6 +216,51 @@ def test_a_curve_of_the_wrong_length_is_rejected():
         RunRecord.from_dict(d)
 
 
+def test_long_and_short_entries_give_a_loops_sums_by_slices_or_at_once(monkeypatch):
+    """Fed-PNE's shape: entries of a few to a few hundred pulls, clients overlapping in the
+    rounds they cover. However flush adds them -- every entry by slices, every entry in one
+    ``np.add.at``, or the default (long entries by slices, the short ones between them at
+    once) -- each round's sum is the same sequence of additions as a loop over the entries in
+    (phase, client) order, bit for bit (the terms span six orders of magnitude, so another
+    order of additions shows in the bits)."""
+    rng = np.random.default_rng(11)
+    m, budget = 5, 600
+    used = [0] * m
+    entries = []
+    for phase in range(1, 9):
+        for c in range(m):
+            n = min(int(rng.choice([1, 3, 20, 70, 150])), budget - used[c])
+            if n:
+                scale = 10.0 ** rng.integers(-3, 3, size=n)
+                entries.append(_tel(phase, c, used[c], rng.random(n) * scale, rng.random(n)))
+                used[c] += n
+
+    def run(long_entry):
+        monkeypatch.setattr("fedxab.run.evaluation._LONG_ENTRY", long_entry)
+        sums = _sums(m, budget)
+        for t in reversed(entries):
+            sums.add(t)
+        sums.flush()
+        return sums
+
+    mixed, by_slices, at_once = run(64), run(1), run(10**9)
+    expected = np.zeros(budget)
+    for t in entries:  # already in (phase, client) order
+        for k, value in enumerate(t.global_terms):
+            expected[t.start + k] = float(expected[t.start + k]) + float(value)
+    assert mixed.global_sum.tobytes() == expected.tobytes()
+    for other in (by_slices, at_once):
+        for name in (
+            "global_sum",
+            "local_sum",
+            "pulls_at",
+            "global_simple_sum",
+            "local_simple_sum",
+        ):
+            assert getattr(mixed, name).tobytes() == getattr(other, name).tobytes(), name
+        assert mixed.evaluations_by_phase == other.evaluations_by_phase
+
+
 def test_one_pull_phases_give_the_same_sums_flushed_each_phase_at_the_end_or_in_pieces(
     monkeypatch,
 ):
