@@ -25,6 +25,7 @@ from typing import Any
 from fedxab.broker.codec import packb, unpack_frame, unpackb
 from fedxab.errors import FedxabError, ProtocolError
 from fedxab.private_files import private_dir, write_atomically
+from fedxab.run.membership import PhaseMembers
 from fedxab.run.session import ClosedPhase
 
 __all__ = ["CheckpointError", "ClosedPhase", "ServerCheckpoint"]
@@ -43,7 +44,21 @@ def _closed_phase(data: Any) -> ClosedPhase:
     pairs = [(m, v) for m, v in reports]
     if any(type(m) is not int or m < 0 or not isinstance(v, bytes) for m, v in pairs):
         raise ProtocolError(f"phase {phase}: reports must be [client id, bytes] pairs")
-    return ClosedPhase(phase=phase, reports=dict(pairs), counts=counts)
+    members = data.get("members")  # elastic membership only (fedxab.run.membership)
+    recorded = None if members is None else PhaseMembers.from_dict(members, f"phase {phase}")
+    return ClosedPhase(phase=phase, reports=dict(pairs), counts=counts, members=recorded)
+
+
+def _phase_data(p: ClosedPhase) -> dict[str, Any]:
+    """One closed phase as the checkpoint keeps it."""
+    data = {
+        "phase": p.phase,
+        "reports": [[m, p.reports[m]] for m in sorted(p.reports)],
+        "counts": p.counts,
+    }
+    if p.members is not None:
+        data["members"] = p.members.to_dict()
+    return data
 
 
 class CheckpointError(FedxabError, RuntimeError):
@@ -127,14 +142,7 @@ class ServerCheckpoint:
             {
                 "run_id": self.run_id,
                 "session": self.session,
-                "phases": [
-                    {
-                        "phase": p.phase,
-                        "reports": [[m, p.reports[m]] for m in sorted(p.reports)],
-                        "counts": p.counts,
-                    }
-                    for p in self.phases
-                ],
+                "phases": [_phase_data(p) for p in self.phases],
             }
         )
         digest = hashlib.sha256(body).digest()

@@ -166,6 +166,13 @@ class ServerAgent:
         self._wakeup.set()
 
     # --------------------------------------------------------------------------- the phases
+    async def _until_open(self) -> None:
+        """Until the next phase may open (elastic membership: ``[agents] min_clients`` in
+        the run, :meth:`ServerParty.may_open <fedxab.run.server_party.ServerParty.may_open>`)."""
+        while not self.party.may_open():
+            self._wakeup.clear()
+            await wait_set(self._wakeup, 0.5)
+
     async def _publish(self, msg: Any) -> int:
         """Publish the broadcast ``msg``; its payload's size."""
         record, size = self.party.broadcast_record(msg)
@@ -227,7 +234,7 @@ class ServerAgent:
         deadline, repeat = self.settings.phase_deadline_s, self.settings.rebroadcast_s
         next_status = opened + self.settings.status_interval_s
         quorum = self.settings.quorum
-        while not self.run_session.barrier_met(time.monotonic() - opened, deadline, quorum):
+        while not self.party.barrier_met(time.monotonic() - opened, deadline, quorum):
             if self.party.failure is not None:
                 await self._abort(msg)
             self._wakeup.clear()
@@ -281,6 +288,7 @@ class ServerAgent:
             await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
+        await self._until_open()
         msg, self._history = self.party.replay(self._closed)
         await self._republish_history()
         if self.party.run_ledger is not None:  # each client's budgets and data owner
@@ -291,6 +299,7 @@ class ServerAgent:
             opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
+            await self._until_open()
             self.checkpoint.append(self.run_session.close_phase(broadcast_bytes, active))
             if self.party.last_report is not None:
                 await reports.commit(self.party.last_report)
@@ -310,7 +319,7 @@ class ServerAgent:
         it forever."""
         expected = self.run_session.expected_use()
         await self._linger(
-            done=lambda: self.sums.complete(expected) and len(self.party.left) == self.n_clients,
+            done=lambda: self.party.ended(expected),
             progress=lambda: (self.party.fresh_telemetry, len(self.party.left)),
             repeat=lambda: self._publish(self.run_session.finished),
         )
@@ -414,7 +423,7 @@ class ServerAgent:
                 self.topics["ledger"],
                 self.run_id,
                 run_ledger.ledger,
-                expect=set(range(self.n_clients)),
+                expect=self.party.clients_in_run(),
                 timeout_s=self.settings.telemetry_timeout_s,
                 signer=self.signer,
                 clients_only=True,  # local DP: the server authors no client's record

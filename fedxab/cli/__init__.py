@@ -20,11 +20,11 @@ no traceback.
 Only this package prints; library code logs through :mod:`logging`. One module per command
 group (:mod:`fedxab.cli.run`, :mod:`~fedxab.cli.agents`, :mod:`~fedxab.cli.audit`,
 :mod:`~fedxab.cli.plot`, :mod:`~fedxab.cli.dashboard`, :mod:`~fedxab.cli.reproduce`,
-:mod:`~fedxab.cli.keys`, :mod:`~fedxab.cli.topics`), each command a thin layer over library
-functions: it parses, calls, prints. What they share: :mod:`~fedxab.cli.common`,
-:mod:`~fedxab.cli.options`, :mod:`~fedxab.cli.observe`, :mod:`~fedxab.cli.render`. This module
-assembles them into the ``fedxab`` command; a new command is a module with its function,
-registered here. No function of the package is longer than 60 lines
+:mod:`~fedxab.cli.keys`, :mod:`~fedxab.cli.topics`, :mod:`~fedxab.cli.replay`), each command a
+thin layer over library functions: it parses, calls, prints. What they share:
+:mod:`~fedxab.cli.common`, :mod:`~fedxab.cli.options`, :mod:`~fedxab.cli.observe`,
+:mod:`~fedxab.cli.render`. This module assembles them into the ``fedxab`` command; a new command
+is a module with its function, registered here. No function of the package is longer than 60 lines
 (``tests/unit/test_cli_layout.py``): logic beyond that belongs in the library, with tests of its
 own.
 """
@@ -37,7 +37,7 @@ from typing import Annotated
 import typer
 from rich.logging import RichHandler
 
-from fedxab.cli import agents, audit, dashboard, keys, plot, reproduce, run, topics
+from fedxab.cli import agents, audit, dashboard, keys, plot, replay, reproduce, run, topics
 from fedxab.cli.agents import parse_client_ids
 from fedxab.cli.common import load_job, make_console
 from fedxab.cli.render import clients_table, print_ledger, summary_table
@@ -94,6 +94,7 @@ app.command()(audit.audit)
 app.command()(plot.plot)
 app.command()(dashboard.dashboard)
 app.command()(reproduce.reproduce)
+app.command()(replay.replay)
 keys_app = typer.Typer(
     name="keys",
     help="Message-signing keys: an Ed25519 key pair per party, or one HMAC key per client.",

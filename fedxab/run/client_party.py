@@ -67,6 +67,7 @@ from fedxab.run.evaluation import (
     telemetry_to_wire,
 )
 from fedxab.run.failures import Aborted, failure_body, failure_text
+from fedxab.run.membership import unwrap_broadcast
 from fedxab.run.outcome import mean_best, stays_local
 from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch, signer_for
@@ -117,6 +118,11 @@ class ClientParty:
         self.namespace = namespace
         self.seed = seed
         self.algorithm = config.algorithm.name
+        assert config.federation is not None
+        self.n_clients = config.federation.clients
+        self.elastic = config.federation.elastic
+        """Elastic membership: each broadcast names the clients it asks
+        (:mod:`fedxab.run.membership`)."""
         self.hosted = parts.clients
         """The hosted clients' session (:class:`~fedxab.run.session.ClientSession`)."""
         self.clients = self.hosted.clients
@@ -195,25 +201,32 @@ class ClientParty:
             raise _refusal(env.reason, env.text)
         if env.kind == "abort":
             return self._abort_of(env)
-        msg = self._broadcast_of(env)
+        msg, asked = self._broadcast_of(env)
         final = isinstance(msg, Finished)
         if (final and env.phase != self.phase) or env.phase > self.phase + 1:
             what = "final answer" if final else "broadcast"
             raise _refusal("out_of_order", f"a {what} of phase {env.phase} after {self.phase}")
+        if asked is not None and not final:
+            assert self.hosted.asked is not None
+            self.hosted.asked[env.phase] = asked
         self.phase = max(self.phase, env.phase)
         self.broadcast_bytes = len(env.payload)
         return msg
 
-    def _broadcast_of(self, env: Envelope) -> Any:
-        """The algorithm's broadcast in ``env``, its phase the envelope's."""
+    def _broadcast_of(self, env: Envelope) -> tuple[Any, frozenset[int] | None]:
+        """The algorithm's broadcast in ``env``, its phase the envelope's, and the clients it
+        asks (elastic membership; else None)."""
         try:
-            msg = decode_broadcast(self.algorithm, env.body())
+            body, asked = env.body(), None
+            if self.elastic:
+                body, asked = unwrap_broadcast(body, self.n_clients)
+            msg = decode_broadcast(self.algorithm, body)
             check_phase(msg, env.phase)
         except (ProtocolError, FedxabError) as exc:
             raise _refusal("bad_payload", str(exc)) from exc
         except Exception as exc:  # a payload no check foresaw: reject it, keep running
             raise _refusal("bad_payload", f"{type(exc).__name__}: {exc}") from exc
-        return msg
+        return msg, asked
 
     def _abort_of(self, env: Envelope) -> Aborted:
         """The server's abort in ``env`` (of this session), unless of a phase before the last
@@ -426,6 +439,14 @@ class ClientParty:
         return [
             (str(m), self.envelope(kind, m, phase, msg_id, packb(body(m)))) for m in self.clients
         ]
+
+    def leave_records(self) -> Records:
+        """Elastic membership, the agent stopping before the final answer: each hosted
+        client's ``leave`` (the server asks them no more, :mod:`fedxab.run.membership`); none
+        under fixed membership or before the server's welcome (no session to send it in)."""
+        if not self.elastic or not self.session:
+            return []
+        return self.every_client("leave", self.phase, f"leave:{self.phase}")
 
     def failure_records(self, exc: EvaluationError, phase: int) -> Records:
         """Client ``exc.client``'s objective failed: its ``failed`` record, and a ``stopped``

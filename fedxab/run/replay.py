@@ -37,10 +37,10 @@ from fedxab.run.membership import PhaseMembers, RecordedMembers, membership_of
 
 if TYPE_CHECKING:
     from fedxab.config import Config
-    from fedxab.results import RunRecord
+    from fedxab.results import RunRecord, RunResults
     from fedxab.run.assembly import Functions
 
-__all__ = ["ReplayError", "replay", "replay_differences"]
+__all__ = ["ReplayError", "replay", "replay_differences", "replay_results"]
 
 
 class ReplayError(FedxabError, RuntimeError):
@@ -158,3 +158,21 @@ def _steady_clients(membership: Sequence[PhaseMembers]) -> list[int]:
         asked.update(p.asked)
         missed.update(set(p.asked) - set(p.reported))
     return sorted(asked - missed)
+
+
+def replay_results(results: RunResults) -> list[tuple[int, list[str]]]:
+    """Replay every run of an elastic job's results (its config echo, each run's seed and
+    membership record); per run, its seed and what differs (:func:`replay_differences`)."""
+    from fedxab.config import config_from_dict
+
+    config = config_from_dict(dict(results.config))
+    out = []
+    for run in results.runs:
+        membership = membership_of(run.communication)
+        if not membership:
+            raise ReplayError(
+                f"run {run.run_id} (seed {run.seed}) has no membership record: only a run of "
+                '[federation] membership = "elastic" over a broker records one'
+            )
+        out.append((run.seed, replay_differences(run, replay(config, run.seed, membership))))
+    return out

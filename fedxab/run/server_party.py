@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedxab.algorithms.protocol import Finished
 from fedxab.broker.codec import SERVER, Envelope, packb
 from fedxab.errors import ProtocolError
 from fedxab.privacy.best import checked_best_release
@@ -66,6 +67,7 @@ from fedxab.run.accounting import regret_coverage, stopped_phases
 from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.failures import failure_body, failure_text
+from fedxab.run.membership import RecordedMembers, Roster, wrap_broadcast
 from fedxab.run.outcome import ClientOutcome, stays_local
 from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch
@@ -175,6 +177,14 @@ class ServerParty:
         )
         """Regret terms decoded from telemetry, shared by the clients that sent the same
         (:func:`~fedxab.run.evaluation.telemetry_from_wire`)."""
+        self.roster: Roster | None = None
+        """Elastic membership (:mod:`fedxab.run.membership`): who is in the run, from the
+        control topic; None: fixed membership."""
+        self.min_clients = config.agents.min_clients or 1
+        if config.federation.elastic:
+            self.roster = Roster(config.agents.liveness)
+            roster = self.roster
+            session.members = lambda phase: roster.members(time.time())
         counts_only = RegretSums(self.n_clients, self.budget, global_known=False, local_known=False)
         self._wire_sums = counts_only if self.local_only else session.sums
         """What checks the telemetry that comes over the broker (local DP: counts only)."""
@@ -308,16 +318,22 @@ class ServerParty:
         repeat = False  # a join or leave of a client that had already sent one: a duplicate
         wake = False
         live = record.offset >= self.control_live.get(record.partition, 0)
+        now = time.time()
         if env.kind == "join":
             repeat = m in self.joined
             self.joined.add(m)
             if m not in self.run_session.withdrawn:  # (a withdrawn client is out for good)
                 self.run_session.population.join(m, news=live or not self.resumed)
+            if self.roster is not None:  # a rejoin is no duplicate; it may open a phase
+                repeat = not self.roster.join(m, now)
+                wake = True
         elif env.kind == "leave":
             repeat = m in self.left
             self.left.add(m)
             if self.run_session.finished is None:  # (after the final answer: it finished)
                 self.run_session.population.leave(m, news=live or not self.resumed)
+            if self.roster is not None:
+                repeat = not self.roster.leave(m, now)
             wake = True
         elif env.kind == "telemetry":
             try:
@@ -363,7 +379,9 @@ class ServerParty:
                 withheld.setdefault("best_value_dp", {}).setdefault(str(m), release)
         elif env.kind == "outcome" and not self._outcome(env, m):
             return False
-        self.last_seen[m] = time.time()  # only a valid message says the client is alive
+        self.last_seen[m] = now  # only a valid message says the client is alive
+        if self.roster is not None and env.kind not in ("join", "leave"):
+            self.roster.seen(m, now)
         self.count("control_duplicate" if repeat else f"control_{env.kind}")
         return wake
 
@@ -422,9 +440,48 @@ class ServerParty:
         return entries
 
     # ------------------------------------------------------------------------ phases
+    def barrier_met(self, open_for_s: float, deadline_s: float | None, quorum: float) -> bool:
+        """Whether the open phase may close (:meth:`~fedxab.run.session.ServerSession.
+        barrier_met`); under elastic membership the asked clients gone from the run (left, or
+        silent past ``liveness_s``) are not waited for."""
+        session = self.run_session
+        gone = () if self.roster is None else self.roster.gone(session.asked, time.time())
+        return session.barrier_met(open_for_s, deadline_s, quorum, gone)
+
+    def may_open(self) -> bool:
+        """Whether the next phase may open: always under fixed membership; under elastic
+        membership once ``[agents] min_clients`` clients are in the run."""
+        roster = self.roster
+        return roster is None or len(roster.members(time.time())) >= self.min_clients
+
+    def ended(self, expected: np.ndarray) -> bool:
+        """After the final answer: whether every client is done (fixed membership: all have
+        left and their telemetry covers ``expected``; elastic: no client is in the run any
+        more, and the telemetry of those that left covers their part of ``expected``)."""
+        sums = self.run_session.sums
+        if self.roster is None:
+            return sums.complete(expected) and len(self.left) == self.n_clients
+        if self.roster.members(time.time()):
+            return False
+        done = np.zeros_like(expected)
+        left = sorted(self.left)
+        done[left] = expected[left]
+        return bool((sums.used[left] >= done[left]).all())
+
+    def clients_in_run(self) -> set[int]:
+        """The clients that took part: every client (fixed membership), or those that joined
+        (elastic)."""
+        return set(range(self.n_clients)) if self.roster is None else set(self.joined)
+
     def replay(self, closed: list[Any]) -> tuple[Any, list[Any]]:
         """Start the state machine and replay the checkpointed phases ``closed``; the open
-        phase's broadcast and the closed phases' broadcasts, in order."""
+        phase's broadcast and the closed phases' broadcasts, in order. Under elastic
+        membership the checkpointed phases open with their recorded members."""
+        session = self.run_session
+        if session.members is not None and closed:
+            session.members = RecordedMembers(
+                [c.members for c in closed if c.members is not None], then=session.members
+            )
         history = [self.run_session.start()]
         self.resumed = bool(closed)
         for phase in closed:
@@ -466,7 +523,7 @@ class ServerParty:
     def waiting_text(self, phase: int, waited: float) -> str:
         """Who an open phase still waits for, and why as far as the server can tell."""
         session = self.run_session
-        active = session.active
+        active = session.asked if session.elastic else session.active
         missing = [m for m in active if m not in session.accepted]
         parts = [
             f"run {self.run_id}: phase {phase} has waited {waited:.0f} s for {len(missing)} of "
@@ -488,7 +545,8 @@ class ServerParty:
         """At the end: one warning naming the clients that did not confirm the final answer
         (no ``leave``), one naming those whose telemetry does not cover the pulls ``expected``
         of them (:func:`~fedxab.run.accounting.regret_coverage`)."""
-        gone = sorted(set(range(self.n_clients)) - self.left)
+        came = range(self.n_clients) if self.roster is None else self.joined
+        gone = sorted(set(came) - self.left)
         if gone:
             log.warning(
                 "run %s: %d client(s) did not confirm the final answer (first: %s)",
@@ -546,7 +604,11 @@ class ServerParty:
     def broadcast_record(self, msg: Any) -> tuple[bytes, int]:
         """The broadcast (or final answer) ``msg`` as it goes on the broadcast topic, and its
         payload's size (what the results count as communication)."""
-        payload = packb(msg.to_wire())
+        wire = msg.to_wire()
+        if self.roster is not None:  # the clients asked, named (fedxab.run.membership)
+            asked = [] if isinstance(msg, Finished) else self.run_session.asked_in(int(msg.phase))
+            wire = wrap_broadcast(wire, asked, self.n_clients)
+        payload = packb(wire)
         return self._to_every_client("broadcast", int(msg.phase), payload), len(payload)
 
     def abort_record(self, phase: int) -> bytes:

@@ -149,6 +149,13 @@ class ServerSession:
     def elastic(self) -> bool:
         return self.members is not None
 
+    def asked_in(self, phase: int) -> list[int]:
+        """The clients asked in ``phase``: the open one's, a closed one's as recorded (elastic
+        membership; a final answer's: none)."""
+        if self.finished is None and phase == self.phase:
+            return self.asked
+        return next((list(p.asked) for p in self.membership if p.phase == phase), [])
+
     def _opened(self) -> Any:
         """After a phase opened (or the run finished): who is asked in it (elastic: of the
         clients in the run, :mod:`fedxab.run.membership`)."""
@@ -170,8 +177,8 @@ class ServerSession:
 
     def _skip_unasked(self) -> None:
         """Before the open phase closes: charge its pulls to the schedule of every active
-        client not asked in it."""
-        if self.participation is None:
+        client not asked in it (not sampled, or not in the run: elastic membership)."""
+        if self.participation is None and self.members is None:
             return
         pulls = self.server.phase_pulls()
         asked = set(self.asked)
