@@ -215,10 +215,9 @@ class ClientAgent:
                 {"heartbeat sender": self._heartbeats(), "lobby": lobby_watch},
                 may_finish={"lobby"},  # done once the server's welcome came
             )
-        except asyncio.CancelledError:  # (SIGTERM, Ctrl-C) elastic membership: a clean leave
-            await self._publish("control", self.party.leave_records())
-            raise
         finally:
+            if self.finished is None and self.party.elastic:  # (SIGTERM, Ctrl-C): a clean leave
+                await self._publish("control", self.party.leave_records())
             self.party.close_ledger()
         if self.finished is None:
             raise FedxabError(

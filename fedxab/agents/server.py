@@ -36,7 +36,7 @@ from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.agents.lobby import new_session, refuse_strangers
 from fedxab.agents.supervise import supervised
-from fedxab.agents.waits import wait_set
+from fedxab.agents.waits import wait_set, wait_until
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.config import Config
@@ -166,13 +166,6 @@ class ServerAgent:
         self._wakeup.set()
 
     # --------------------------------------------------------------------------- the phases
-    async def _until_open(self) -> None:
-        """Until the next phase may open (elastic membership: ``[agents] min_clients`` in
-        the run, :meth:`ServerParty.may_open <fedxab.run.server_party.ServerParty.may_open>`)."""
-        while not self.party.may_open():
-            self._wakeup.clear()
-            await wait_set(self._wakeup, 0.5)
-
     async def _publish(self, msg: Any) -> int:
         """Publish the broadcast ``msg``; its payload's size."""
         record, size = self.party.broadcast_record(msg)
@@ -288,7 +281,7 @@ class ServerAgent:
             await self.broker.publish_many(self.topics["ledger"], records)
 
     async def _drive(self, reports: Any) -> None:
-        await self._until_open()
+        await wait_until(self.party.may_open, self._wakeup)  # (elastic: min_clients in)
         msg, self._history = self.party.replay(self._closed)
         await self._republish_history()
         if self.party.run_ledger is not None:  # each client's budgets and data owner
@@ -299,7 +292,6 @@ class ServerAgent:
             opened = time.perf_counter()
             broadcast_bytes = await self._publish(msg)
             await self._wait_for_barrier(msg)
-            await self._until_open()
             self.checkpoint.append(self.run_session.close_phase(broadcast_bytes, active))
             if self.party.last_report is not None:
                 await reports.commit(self.party.last_report)

@@ -11,8 +11,9 @@ timed wait in fedxab uses ``asyncio.timeout`` (correct on 3.11), directly or thr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-__all__ = ["wait_set"]
+__all__ = ["wait_set", "wait_until"]
 
 
 async def wait_set(event: asyncio.Event, timeout: float) -> bool:
@@ -23,3 +24,13 @@ async def wait_set(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_until(
+    condition: Callable[[], bool], event: asyncio.Event, step_s: float = 0.5
+) -> None:
+    """Until ``condition()`` holds, looking again whenever ``event`` is set and every
+    ``step_s`` seconds (a condition of time, such as a liveness limit, changes without one)."""
+    while not condition():
+        event.clear()
+        await wait_set(event, step_s)

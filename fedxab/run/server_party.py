@@ -443,10 +443,13 @@ class ServerParty:
     def barrier_met(self, open_for_s: float, deadline_s: float | None, quorum: float) -> bool:
         """Whether the open phase may close (:meth:`~fedxab.run.session.ServerSession.
         barrier_met`); under elastic membership the asked clients gone from the run (left, or
-        silent past ``liveness_s``) are not waited for."""
+        silent past ``liveness_s``) are not waited for, and the next phase must be able to
+        open (:meth:`may_open`)."""
         session = self.run_session
-        gone = () if self.roster is None else self.roster.gone(session.asked, time.time())
-        return session.barrier_met(open_for_s, deadline_s, quorum, gone)
+        if self.roster is None:
+            return session.barrier_met(open_for_s, deadline_s, quorum)
+        gone = self.roster.gone(session.asked, time.time())
+        return self.may_open() and session.barrier_met(open_for_s, deadline_s, quorum, gone)
 
     def may_open(self) -> bool:
         """Whether the next phase may open: always under fixed membership; under elastic

@@ -45,41 +45,28 @@ def _config(algorithm: str):
     )
 
 
-class _GatedServer(ServerAgent):
-    """A server that opens each phase only when the test lets it (:attr:`go`), once it is
-    waiting there (:attr:`at_gate`): the joins and leaves happen between phases."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.at_gate, self.go = asyncio.Event(), asyncio.Event()
-
-    async def _until_open(self):
-        self.at_gate.set()
-        await self.go.wait()
-        self.go.clear()
-        await super()._until_open()
-
-
 async def _elastic_run(config, events):
-    """The server and one client agent per client on a memory broker; before phase p opens,
-    the (action, client) pairs of ``events[p]``: "join" starts the client's agent, "leave"
-    stops it (a clean leave), "kill" stops it without a word; the phase opens once the
-    server's roster shows them."""
+    """The server and one client agent per client on a memory broker; before phase p opens
+    (once every client asked in phase p - 1 reported), the (action, client) pairs of
+    ``events[p]``: "join" starts the client's agent, "leave" stops it (a clean leave), "kill"
+    stops it without a word; phase p opens once the server's roster shows them."""
     run_id = run_id_for(config, SEED)
     async with MemoryBroker() as broker:
-        server = _GatedServer(config, SEED, broker, run_id=run_id)
+        server = ServerAgent(config, SEED, broker, run_id=run_id)
+        session, may_open, opened = server.run_session, server.party.may_open, [0]
+        server.party.may_open = lambda: opened[0] > server.phase and may_open()  # the gate
         agents: dict[int, ClientAgent] = {}
         tasks: dict[int, asyncio.Task] = {}
         run = asyncio.create_task(server.run())
         present: set[int] = set()
         async with asyncio.timeout(60):
             for phase in range(1, 100):
-                gate = asyncio.create_task(server.at_gate.wait())
-                await asyncio.wait({gate, run}, return_when=asyncio.FIRST_COMPLETED)
+                while not run.done() and not (
+                    server.phase == phase - 1 and set(session.asked) <= set(session.accepted)
+                ):
+                    await asyncio.sleep(0.005)
                 if run.done():
-                    gate.cancel()
                     break
-                server.at_gate.clear()
                 for action, m in events.get(phase, []):
                     if action == "join":
                         agents[m] = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[m])
@@ -92,7 +79,7 @@ async def _elastic_run(config, events):
                     present.discard(m)
                 while set(server.party.roster.members(time.time())) != present:
                     await asyncio.sleep(0.01)
-                server.go.set()
+                opened[0] = phase
             record = await run
             await asyncio.gather(*tasks.values(), return_exceptions=True)
     return record
