@@ -6,7 +6,8 @@ Measures, side by side in one run of this script:
    ``bench_federation.py``), wall time of one seed on each transport, median [min-max] of
    ``--repeats`` runs (default 3) after a warm-up: in-process (``Federation.run``), every agent in
    one process on the MemoryBroker (``run_on_broker``), and every agent in one process on Kafka
-   (a dev broker on loopback started by this script). On the two brokers also the time inside
+   (a dev broker on loopback started by this script); each run's config is made before its
+   clock starts. On the two brokers also the time inside
    the phases (the server agent's phase durations, summed), and so what Kafka adds to each phase
    over the MemoryBroker, which runs the same agents. Also messages and bytes per run, which must
    be the same on every transport, and a check that the results are identical.
@@ -91,9 +92,12 @@ def _fresh_namespace(config: Any) -> Any:
 def _on_broker(config: Any, make_broker: Any, hosts: int = 1, phases: Any = None) -> Any:
     """One seed with every agent in this process (a fresh namespace: reruns never mix);
     ``phases``: a run observer (:func:`_phase_times`) told of every phase the server closes."""
-    from fedxab.agents.distributed import run_on_broker
+    return _agents(_fresh_namespace(config), make_broker, hosts, phases)
 
-    config = _fresh_namespace(config)
+
+def _agents(config: Any, make_broker: Any, hosts: int = 1, phases: Any = None) -> Any:
+    """:func:`_on_broker` with ``config`` as given (already under a fresh namespace)."""
+    from fedxab.agents.distributed import run_on_broker
 
     async def main() -> Any:
         async with make_broker() as broker:
@@ -224,11 +228,22 @@ def measure_speed(kafka_address: str, repeats: int) -> dict[str, Any]:
     from fedxab.broker.memory import MemoryBroker
 
     config = garland_config(SPEED_CLIENTS, SPEED_BUDGET)
+    unsigned = with_security(config, sign=False)
+    # Per transport: the run's config, made before the clock starts, and the run. A broker run
+    # takes the job's config under a fresh namespace (new topics, so reruns never mix), which
+    # the in-process run has no use for: rebuilding and validating that config is this
+    # script's bookkeeping, not work of the transport, so neither side's time includes it.
     transports = {
-        "in-process": lambda phases: _in_process(config),
-        "MemoryBroker": lambda phases: _on_broker(config, MemoryBroker, phases=phases),
-        "Kafka (dev broker)": lambda phases: _on_broker(
-            with_security(config, sign=False), lambda: KafkaBroker(kafka_address), phases=phases
+        "in-process": (lambda: config, lambda run_config, phases: _in_process(run_config)),
+        "MemoryBroker": (
+            lambda: _fresh_namespace(config),
+            lambda run_config, phases: _agents(run_config, MemoryBroker, phases=phases),
+        ),
+        "Kafka (dev broker)": (
+            lambda: _fresh_namespace(unsigned),
+            lambda run_config, phases: _agents(
+                run_config, lambda: KafkaBroker(kafka_address), phases=phases
+            ),
         ),
     }
     _in_process(garland_config(10, 1000))  # warm-up: imports and caches
@@ -236,9 +251,11 @@ def measure_speed(kafka_address: str, repeats: int) -> dict[str, Any]:
     in_phases: dict[str, list[float]] = {name: [] for name in transports}
     records: dict[str, Any] = {}
     for _ in range(repeats):
-        for name, work in transports.items():
-            phases = _phase_times()
-            seconds, records[name] = _timed(lambda work=work, phases=phases: work(phases))
+        for name, (prepare, work) in transports.items():
+            phases, run_config = _phase_times(), prepare()
+            seconds, records[name] = _timed(
+                lambda work=work, run_config=run_config, phases=phases: work(run_config, phases)
+            )
             times[name].append(seconds)
             in_phases[name].append(sum(phases.durations))
     reference = _without_time(records["in-process"])
