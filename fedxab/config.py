@@ -757,6 +757,10 @@ class AgentsConfig(Section):
     min_clients: int | None = None
     """``[federation] membership = "elastic"`` only: a phase opens once at least this many
     clients are in the run; unset: 1."""
+    server_silence_s: float | None = None
+    """A client agent waiting for the server's next record stops with an error after this many
+    seconds without one (the server publishes at least every ``rebroadcast_s`` while it runs,
+    so silence means it has ended or lost the broker); unset: 12 x ``rebroadcast_s``."""
     inline_answer_s: float = 0.05
     """A client agent computes its clients' answers to a broadcast on its event loop while its
     last answer took less than this many seconds, and in a worker thread otherwise (the first
@@ -777,6 +781,7 @@ class AgentsConfig(Section):
             "telemetry_timeout_s",
             "status_interval_s",
             "liveness_s",
+            "server_silence_s",
         ):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -795,6 +800,18 @@ class AgentsConfig(Section):
             raise ConfigError(
                 "agents.min_clients", f"must be an integer >= 1, got {self.min_clients}"
             )
+
+        if self.server_silence_s is not None and self.server_silence_s <= self.rebroadcast_s:
+            raise ConfigError(
+                "agents.server_silence_s",
+                f"must exceed rebroadcast_s ({self.rebroadcast_s} s: the longest the server "
+                f"stays silent while it runs), got {self.server_silence_s}",
+            )
+
+    @property
+    def server_silence(self) -> float:
+        """Seconds without a record of the server after which a client agent stops."""
+        return 12 * self.rebroadcast_s if self.server_silence_s is None else self.server_silence_s
 
     @property
     def liveness(self) -> float:

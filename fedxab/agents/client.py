@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedxab.agents.lobby import HELLO_INTERVAL_S, announce_and_watch
 from fedxab.agents.supervise import supervised
-from fedxab.agents.waits import wait_set
+from fedxab.agents.waits import wait_set, within
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, lobby_topic, run_topics, transport_of
 from fedxab.config import Config
@@ -282,13 +282,13 @@ class ClientAgent:
 
     async def _answer_broadcasts(self) -> None:
         """Answer the run's broadcasts until the server's final answer, once the server's
-        welcome gave this execution's session."""
+        welcome gave this execution's session (an error if the server falls silent)."""
         await self._await_session()
         party = self.party
         sub = self.broker.subscribe(self.topics["broadcast"], None)
         try:
             replay_until = max((await sub.end_offsets()).values(), default=0) - 1
-            async for record in sub:
+            async for record in within(sub, party.server_silence_s, party.silence_text):
                 msg = party.on_broadcast(record.value)
                 if msg is None:
                     continue

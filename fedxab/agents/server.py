@@ -36,7 +36,7 @@ from fedxab.agents.checkpoint import ServerCheckpoint
 from fedxab.agents.ledger_mirror import rebuild_ledger
 from fedxab.agents.lobby import new_session, refuse_strangers
 from fedxab.agents.supervise import supervised
-from fedxab.agents.waits import wait_set, wait_until
+from fedxab.agents.waits import keep_alive, wait_set, wait_until
 from fedxab.algorithms.protocol import Finished
 from fedxab.broker.base import Broker, Record, lobby_topic, run_topics, transport_of
 from fedxab.config import Config
@@ -394,6 +394,7 @@ class ServerAgent:
                         sessions=self.sessions,
                         refused=self.party.lobby_refused,
                     ),
+                    "liveness": keep_alive(self.broker, self.topics["broadcast"], self.party),
                 },
             )
         finally:

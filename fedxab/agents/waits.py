@@ -1,4 +1,5 @@
-"""Waiting with a time limit without ever losing a cancellation.
+"""Waiting with a time limit without ever losing a cancellation; and the server's liveness on
+the broadcast topic (:func:`keep_alive`), which bounds a client's wait (:func:`within`).
 
 On Python 3.11, ``asyncio.wait_for`` returns the awaited result instead of raising when the
 task is cancelled in the same loop step as that result arrives (CPython issue gh-86296, fixed
@@ -11,9 +12,19 @@ timed wait in fedxab uses ``asyncio.timeout`` (correct on 3.11), directly or thr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
-__all__ = ["wait_set", "wait_until"]
+from fedxab.errors import FedxabError
+
+if TYPE_CHECKING:
+    from fedxab.broker.base import Broker
+    from fedxab.run.server_party import ServerParty
+
+__all__ = ["keep_alive", "wait_set", "wait_until", "within"]
+
+T = TypeVar("T")
 
 
 async def wait_set(event: asyncio.Event, timeout: float) -> bool:
@@ -34,3 +45,36 @@ async def wait_until(
     while not condition():
         event.clear()
         await wait_set(event, step_s)
+
+
+async def keep_alive(broker: Broker, topic: str, party: ServerParty) -> None:
+    """Forever: publish the server ``party``'s sign of life on ``topic`` whenever it has
+    published nothing there for ``party.alive_interval`` seconds
+    (:meth:`~fedxab.run.server_party.ServerParty.alive_record`), so that a client hears from a
+    running server at least that often."""
+    while True:
+        wait = party.last_published + party.alive_interval - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        else:
+            await broker.publish(topic, None, party.alive_record())
+
+
+async def within(
+    records: AsyncIterable[T], limit: float, silent: Callable[[float], str]
+) -> AsyncIterator[T]:
+    """The items of ``records``; waiting more than ``limit`` seconds for the next one raises
+    :class:`~fedxab.errors.FedxabError` with the line ``silent(limit)``."""
+    iterator = aiter(records)
+    while True:
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                item = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # (the reader's own, not this limit's)
+            raise FedxabError(silent(limit)) from None
+        yield item

@@ -277,6 +277,7 @@ ENVELOPE_KINDS = (
     "heartbeat",  # client -> server (control): the client is alive
     "telemetry",  # client -> server (control): simulation-only regret terms, see agents
     "abort",  # server -> clients (broadcast topic): the run is stopped, see agents.failures
+    "alive",  # server -> clients (broadcast topic): the server runs, see agents.waits
     "failed",  # client -> server (control): the client's objective failed, see agents.failures
     "stopped",  # client -> server (control): the client stopped with a failed run (its abort)
     "ledger",  # either way (ledger topic): a privacy event

@@ -84,8 +84,9 @@ __all__ = ["ClientParty", "Records"]
 
 log = logging.getLogger(__name__)
 
-TAKEN = ("abort", "broadcast")
-"""The kinds of the broadcast topic the clients take (from the server only)."""
+TAKEN = ("abort", "alive", "broadcast")
+"""The kinds of the broadcast topic the clients take (from the server only); ``alive`` says
+only that the server runs (:meth:`ClientParty.silence_text`)."""
 
 Records = list[tuple[str, bytes]]
 """Records to publish on one topic: (key, value) pairs, the key a client's id."""
@@ -156,6 +157,9 @@ class ClientParty:
         self.privacy: dict[str, Any] | None = None
         """Local DP, once finished: the hosted clients' privacy block (:meth:`close_ledger`)."""
         self.rebroadcast_s = config.agents.rebroadcast_s
+        self.server_silence_s = config.agents.server_silence
+        """A client agent stops after this long without a record of the server
+        (:meth:`silence_text`)."""
         self.telemetry_interval_s = config.agents.telemetry_interval_s
         self.session = ""
         """This execution's session, from the server's welcome: every record built carries
@@ -201,6 +205,8 @@ class ClientParty:
             raise _refusal(env.reason, env.text)
         if env.kind == "abort":
             return self._abort_of(env)
+        if env.kind == "alive":
+            return None  # (the wait for the server's next record starts again)
         msg, asked = self._broadcast_of(env)
         final = isinstance(msg, Finished)
         if (final and env.phase != self.phase) or env.phase > self.phase + 1:
@@ -212,6 +218,17 @@ class ClientParty:
         self.phase = max(self.phase, env.phase)
         self.broadcast_bytes = len(env.payload)
         return msg
+
+    def silence_text(self, waited: float) -> str:
+        """Why a client agent stops when the broadcast topic brought nothing for ``waited``
+        seconds: the server publishes at least every ``rebroadcast_s`` while it runs
+        (:func:`~fedxab.agents.waits.keep_alive`), so it has ended or lost the broker."""
+        return (
+            f"run {self.run_id}: no record from the server for {waited:.0f} s after phase "
+            f"{self.phase} ([agents] server_silence_s): it has ended, or lost the broker, "
+            "without this agent's clients receiving the final answer; restart them once a "
+            "server runs the job again"
+        )
 
     def _broadcast_of(self, env: Envelope) -> tuple[Any, frozenset[int] | None]:
         """The algorithm's broadcast in ``env``, its phase the envelope's, and the clients it

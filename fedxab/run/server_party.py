@@ -147,6 +147,10 @@ class ServerParty:
         """What the observer is told: progress, running regret, epsilon."""
         self.fresh_telemetry = 0
         """Telemetry messages that added pulls (the agent's end waits for them)."""
+        self.last_published = time.monotonic()
+        """When the server last built a record for the broadcast topic (monotonic seconds)."""
+        self.alive_interval = config.agents.rebroadcast_s
+        """The longest the server stays silent on the broadcast topic while it runs."""
         self.signing_session = ""
         """This execution's session (:mod:`fedxab.agents.lobby`): written into every record
         the server publishes; a client's record of another session is refused (``replay``)."""
@@ -620,8 +624,18 @@ class ServerParty:
         assert self.failure is not None
         return self._to_every_client("abort", phase, packb(failure_body(self.failure)))
 
+    def alive_record(self) -> bytes:
+        """The server's sign of life on the broadcast topic, published when it has published
+        nothing there for ``[agents] rebroadcast_s`` (:func:`~fedxab.agents.waits.keep_alive`):
+        a client agent that hears nothing from the server for ``server_silence_s`` stops
+        (:func:`~fedxab.agents.waits.within`), as its server has ended."""
+        phase = 0 if self.run_session.msg is None else self.run_session.phase
+        return self._to_every_client("alive", phase, packb({}))
+
     def _to_every_client(self, kind: str, phase: int, payload: bytes) -> bytes:
-        """A message of the server to every client, signed if this run signs."""
+        """A message of the server to every client, signed if this run signs (built as it is
+        published: :attr:`last_published`)."""
+        self.last_published = time.monotonic()
         env = Envelope(
             run_id=self.run_id,
             kind=kind,
