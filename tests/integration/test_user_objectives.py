@@ -242,7 +242,7 @@ def test_a_server_never_imports_the_clients_module(tmp_path):
     from fedxab.broker.memory import MemoryBroker
 
     agent = ServerAgent(config, 0, MemoryBroker(), run_id=run_id_for(config, 0))
-    assert agent.family is None and agent.sums.global_sum is None
+    assert agent.run_session.family is None and agent.sums.global_sum is None
     with pytest.raises(ConfigError, match="objective.function.*cannot import module 'nowhere'"):
         fedxab.run_job(config.with_broker_url("inprocess://"))
 
