@@ -249,18 +249,10 @@ class ClientAgent:
 
     async def _welcome(self) -> None:
         """Until the server's welcome; a warning every ``status_interval_s`` meanwhile."""
-        t0 = time.monotonic()
+        t0, lobby = time.monotonic(), lobby_topic(self.namespace)
         while not await wait_set(self._matched, self.status_interval_s):
-            log.warning(
-                "run %s: no welcome from the server after %.0f s (a hello every %.0f s on "
-                "%s): is this run's server running? A client agent learns its execution's "
-                "session from the server only, so a run whose server has ended cannot be "
-                "joined",
-                self.run_id,
-                time.monotonic() - t0,
-                HELLO_INTERVAL_S,
-                lobby_topic(self.namespace),
-            )
+            waited = time.monotonic() - t0
+            log.warning(self.party.no_welcome_text(waited, HELLO_INTERVAL_S, lobby))
 
     async def _probe_keys(self, sub: Any) -> None:
         """Check the signatures of the broadcast topic's records (:meth:`_await_session`)."""

@@ -230,6 +230,16 @@ class ClientParty:
             "server runs the job again"
         )
 
+    def no_welcome_text(self, waited: float, hello_s: float, lobby: str) -> str:
+        """Why a client agent still waits after ``waited`` seconds of hellos (one every
+        ``hello_s`` on the ``lobby`` topic) without the server's welcome."""
+        return (
+            f"run {self.run_id}: no welcome from the server after {waited:.0f} s (a hello every "
+            f"{hello_s:.0f} s on {lobby}): is this run's server running? A client agent learns "
+            "its execution's session from the server only, so a run whose server has ended "
+            "cannot be joined"
+        )
+
     def _broadcast_of(self, env: Envelope) -> tuple[Any, frozenset[int] | None]:
         """The algorithm's broadcast in ``env``, its phase the envelope's, and the clients it
         asks (elastic membership; else None)."""

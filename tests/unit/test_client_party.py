@@ -300,3 +300,9 @@ def test_under_local_dp_the_ledger_topic_gets_budgets_releases_and_ends(first):
     assert [Envelope.decode(v).kind for _, v in best] == ["best_dp", "best_dp"]
     assert all("best_value_dp" in Envelope.decode(v).body() for _, v in best)
     assert kinds(party.ledger_end_records()) == ["end", "end"]
+
+
+def test_a_client_still_without_welcome_is_told_what_it_waits_for():
+    text = _party().no_welcome_text(61.4, 2.0, "fedxab.lobby")
+    assert text.startswith(f"run {RUN_ID}: no welcome from the server after 61 s")
+    assert "(a hello every 2 s on fedxab.lobby)" in text and "server running?" in text
