@@ -1,9 +1,12 @@
 # fedxab: the two commands of the README, plus the benchmark.
 #
 #   make run    create .venv if missing, install fedxab, run the default job (results/results.json)
-#   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + mypy + pytest
-#               (torch==2.13.0 in the same pip step: the CPU build, never a CUDA one; chromium
-#               from apt-get where root, for the dashboard's browser tests)
+#   make test   create .venv if missing, install fedxab[dev,bench,opacus], ruff + mypy + pytest of
+#               every test not marked `slow` (torch==2.13.0 in the same pip step: the CPU build,
+#               never a CUDA one; chromium from apt-get where root, for the dashboard's browser
+#               tests)
+#   make test-slow  pytest of the tests marked `slow` (reproductions, soak, live fuzzing, faults;
+#               each over about 15 s), in the .venv `make test` installed. CI (.ci/run) runs both.
 #   make docs   install fedxab[docs], build the documentation site into site/ (mkdocs --strict)
 #   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
 #               transports, signing)
@@ -28,7 +31,7 @@ TEST_WORKERS ?= auto
 # compiling their sources again.
 WRITE_PYC := env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test bench docs
+.PHONY: run test test-slow bench docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +45,10 @@ test: $(BIN)/python
 	bash tests/system_packages.sh
 	$(BIN)/ruff check fedxab tests benchmarks
 	$(BIN)/mypy
-	$(WRITE_PYC) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(WRITE_PYC) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+test-slow: $(BIN)/python
+	$(WRITE_PYC) $(BIN)/pytest -m slow -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 docs: $(BIN)/python
 	$(PIP) -e '.[docs]'

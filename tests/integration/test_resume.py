@@ -69,6 +69,7 @@ def _wait_for(condition, proc: subprocess.Popen, timeout: float = 120.0) -> None
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # about 27 s (a fresh-clone CI run): six runs of 200 clients, T = 200,000
 def test_a_job_interrupted_after_two_seeds_resumes_with_them_and_equals_one_uninterrupted(
     tmp_path,
 ):

@@ -100,6 +100,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow  # 10,000 byte strings: about 20 CPU-seconds
 @FUZZ
 @given(st.one_of(mutated(REPORT), mutated(BROADCAST)))
 def test_decoder_raises_protocol_error_or_returns_a_valid_envelope(data):
