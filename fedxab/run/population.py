@@ -6,8 +6,10 @@ not. The server's session (:class:`~fedxab.run.session.ServerSession`) keeps a
 :class:`Population`, which its drivers tell who joined and who left
 (:meth:`Population.join`, :meth:`Population.leave`: a ``join`` or ``leave`` control message,
 or every client at the start of an in-process run); a client that withdrew (its privacy budget
-exhausted) has left too. When a phase closes, the session turns what happened since the last
-close into one :class:`PhasePopulation`:
+exhausted) has left too, and under elastic membership (:mod:`fedxab.run.membership`) so has a
+member the next phase opens without (silent past ``[agents] liveness_s``), while one it opens
+with that was not in the run before has joined. When a phase closes, the session turns what
+happened since the last close into one :class:`PhasePopulation`:
 
 - ``joined``: the clients that joined since the previous phase closed (the first phase: since
   the start);

@@ -276,8 +276,21 @@ class ServerSession:
         self.msg = self.server.close_phase()
         self._left_by_withdrawal()
         self.population.close(closed.phase, len(self.asked), len(accepted), self.run_id)
+        present = set(self.present)
         self._opened()
+        self._came_and_went(present)
         return closed
+
+    def _came_and_went(self, before: set[int]) -> None:
+        """Elastic membership: the clients in the run when the next phase opened that were not
+        in it before joined, and those gone have left (a leave the party named already, or
+        silence past ``liveness_s``); named in the next phase's population record."""
+        if self.members is None or self.finished is not None:
+            return
+        for m in before.difference(self.present):
+            self.population.leave(m)
+        for m in set(self.present).difference(before):
+            self.population.join(m)
 
     def _members_closing(self) -> PhaseMembers | None:
         """Elastic membership: the open phase's record, and the state machine told that the

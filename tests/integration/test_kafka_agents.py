@@ -161,6 +161,9 @@ def test_server_and_clients_in_separate_processes(federation):
     for name in ("server", "client-a", "client-b"):
         federation.start(name)
     assert federation.finish() == federation.expected()
+    # who joined, named by the server at its default verbosity (fedxab.run.population)
+    server_log = " ".join(federation.log("server").read_text().split())
+    assert "phase 1: 8 joined (0-7); 8 of 8 asked reported" in server_log, server_log[-3000:]
 
 
 @pytest.mark.parametrize("victim", ["client-b", "server"])

@@ -117,6 +117,25 @@ def test_a_resumed_server_names_only_the_joins_of_its_own_execution():
     assert party.run_session.population._left == {2}
 
 
+def test_an_elastic_runs_joins_silences_and_rejoins_are_named_phase_by_phase(caplog):
+    """The schedule of test_membership (fedxab.run.membership): clients 4-5 join at phase 2,
+    1 is gone at phase 3 and back at 4, 2 is gone at 4 (silent after its last report)."""
+    from test_membership import _config, _drive
+
+    schedule = {1: [0, 1, 2, 3], 2: [0, 1, 2, 3, 4, 5], 3: [0, 2, 3, 4, 5]}
+    with caplog.at_level(NOTICE, logger="fedxab.run.population"):
+        record, _ = _drive(_config(), lambda phase: schedule.get(phase, [0, 1, 3, 4, 5]))
+    lines = [r.getMessage().split(": ", 1)[1] for r in caplog.records]
+    assert lines == [
+        "phase 1: 4 joined (0-3); 4 of 4 asked reported",
+        "phase 2: 2 joined (4-5); 6 of 6 asked reported",
+        "phase 3: 1 left (1); 5 of 5 asked reported",
+        "phase 4: 1 joined (1); 1 left (2); 5 of 5 asked reported",
+    ]
+    membership = record.communication["membership"]
+    assert [len(p["asked"]) for p in membership[:4]] == [4, 6, 5, 5]
+
+
 def _private_config(**sections):
     return sim_config("dpfedpne", clients=8, budget=2000, **PRIVATE, **sections)
 
