@@ -46,7 +46,16 @@ def _closed_phase(data: Any) -> ClosedPhase:
         raise ProtocolError(f"phase {phase}: reports must be [client id, bytes] pairs")
     members = data.get("members")  # elastic membership only (fedxab.run.membership)
     recorded = None if members is None else PhaseMembers.from_dict(members, f"phase {phase}")
-    return ClosedPhase(phase=phase, reports=dict(pairs), counts=counts, members=recorded)
+    opened = data.get("opened")
+    if opened is not None and not all(type(m) is int and m >= 0 for m in opened):
+        raise ProtocolError(f"phase {phase}: 'opened' must list client ids")
+    return ClosedPhase(
+        phase=phase,
+        reports=dict(pairs),
+        counts=counts,
+        members=recorded,
+        opened=None if opened is None else tuple(opened),
+    )
 
 
 def _phase_data(p: ClosedPhase) -> dict[str, Any]:
@@ -58,6 +67,8 @@ def _phase_data(p: ClosedPhase) -> dict[str, Any]:
     }
     if p.members is not None:
         data["members"] = p.members.to_dict()
+    if p.opened is not None:
+        data["opened"] = list(p.opened)
     return data
 
 

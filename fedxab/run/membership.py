@@ -44,6 +44,14 @@ registry.NO_PARTICIPATION`, with a one-line :class:`~fedxab.errors.ConfigError`)
   schedule, Fed1-UCB merges every client's statistics each round, FTS-DE/DP-FTS-DE run a BO
   iteration per agent per round, FedTPE merges every site's trials).
 
+**A restarted server** (its checkpoint) opens the checkpointed phases with their recorded
+members and the phase that was open with the members its broadcast named (kept in the
+checkpoint with the close that opened it), so the clients that took that broadcast before the
+restart are asked the same. A server that dies during phase 1, before any close, opens phase 1
+again with the clients in the run at its restart: a client that took the first phase-1
+broadcast and was not asked in it, but is in the second, counts the phase twice and its
+reports are then refused (restart it too).
+
 **The record.** The server writes every phase's :class:`PhaseMembers` into the run's
 ``communication`` block (``membership``). :func:`fedxab.run.replay.replay` runs the same config
 and seed in process with those members, feeding the server exactly the reports recorded, and

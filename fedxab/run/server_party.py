@@ -67,7 +67,7 @@ from fedxab.run.accounting import regret_coverage, stopped_phases
 from fedxab.run.envelope import Refusal, admit
 from fedxab.run.evaluation import RegretSums, Telemetry, telemetry_from_wire
 from fedxab.run.failures import failure_body, failure_text
-from fedxab.run.membership import RecordedMembers, Roster, wrap_broadcast
+from fedxab.run.membership import PhaseMembers, RecordedMembers, Roster, wrap_broadcast
 from fedxab.run.outcome import ClientOutcome, stays_local
 from fedxab.run.watch import RunWatch
 from fedxab.security.agents import KeyWatch
@@ -486,9 +486,11 @@ class ServerParty:
         membership the checkpointed phases open with their recorded members."""
         session = self.run_session
         if session.members is not None and closed:
-            session.members = RecordedMembers(
-                [c.members for c in closed if c.members is not None], then=session.members
-            )
+            record = [c.members for c in closed if c.members is not None]
+            last = closed[-1]
+            if last.opened is not None:  # the open phase, as its broadcast named it
+                record.append(PhaseMembers(last.phase + 1, last.opened, (), ()))
+            session.members = RecordedMembers(record, then=session.members)
         history = [self.run_session.start()]
         self.resumed = bool(closed)
         for phase in closed:

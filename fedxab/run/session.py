@@ -87,6 +87,9 @@ class ClosedPhase:
     counts: dict[str, Any] = dataclasses.field(default_factory=dict)
     members: PhaseMembers | None = None
     """Elastic membership: who was in the run, asked and reported (None: fixed membership)."""
+    opened: tuple[int, ...] | None = None
+    """Elastic membership: the members of the phase its close opened (a restarted server
+    opens that phase with them again: its clients may have taken its broadcast already)."""
 
 
 class ServerSession:
@@ -215,6 +218,8 @@ class ServerSession:
     def classify(self, m: int, phase: int, payload: bytes) -> Verdict:
         """Client ``m``'s report for ``phase`` (the encoded message): fed to the state machine
         if it is for the open phase and valid; every report gets exactly one verdict."""
+        if self.msg is None:  # (elastic: a restarted server waiting for its clients)
+            return Verdict("invalid", "future_phase", f"client {m} for phase {phase} (none open)")
         if phase < self.phase or self.finished is not None:
             return Verdict("late", "late", f"client {m} for phase {phase} ({self.phase})")
         if phase > self.phase:
@@ -279,6 +284,8 @@ class ServerSession:
         present = set(self.present)
         self._opened()
         self._came_and_went(present)
+        if members is not None and self.finished is None:  # (a restart opens it the same)
+            closed = dataclasses.replace(closed, opened=tuple(self.present))
         return closed
 
     def _came_and_went(self, before: set[int]) -> None:

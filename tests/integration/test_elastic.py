@@ -109,3 +109,35 @@ def test_clients_join_leave_die_and_rejoin_and_the_replay_is_the_run(algorithm):
     again = replay(config, SEED, phases)
     assert replay_differences(record, again) == []
     assert np.array_equal(record.recommendation, again.recommendation)
+
+
+def test_a_restarted_server_replays_its_checkpointed_members(tmp_path):
+    config = _config("fedpne")
+    run_id = run_id_for(config, SEED)
+    checkpoint = tmp_path / "ckpt"
+
+    async def main():
+        async with MemoryBroker() as broker:
+            server = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
+            first = asyncio.create_task(server.run())
+            hosts = [
+                ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[m]) for m in (0, 1, 2)
+            ]
+            tasks = [asyncio.create_task(c.run()) for c in hosts]
+            async with asyncio.timeout(60):
+                while len(server.phases) < 2:
+                    await asyncio.sleep(0.005)
+                first.cancel()  # the server process dies after its second phase
+                await asyncio.gather(first, return_exceptions=True)
+                late = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[3])
+                tasks.append(asyncio.create_task(late.run()))
+                again = ServerAgent(config, SEED, broker, run_id=run_id, checkpoint=checkpoint)
+                record = await again.run()
+                await asyncio.gather(*tasks)
+        return record, server.run_session.membership[:2]
+
+    record, before = asyncio.run(main())
+    phases = membership_of(record.communication)
+    assert phases[:2] == before  # the checkpointed phases, as they were
+    assert 3 in phases[-1].members
+    assert replay_differences(record, replay(config, SEED, phases)) == []

@@ -256,3 +256,40 @@ def test_in_process_every_client_is_in_the_run():
     fixed = Federation(_config(membership=None), SEED).run()
     assert np.array_equal(elastic.recommendation, fixed.recommendation)
     assert elastic.communication == fixed.communication
+
+
+def test_fedxab_replay_says_identical_or_what_is_missing(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedxab.cli import app
+    from fedxab.results import RunResults, write_results
+
+    config = _config()
+    schedule = [0, 1, 2, 3, 5]
+    original = _record_of(config, lambda p: schedule, lambda p, a: a)
+
+    def results_of(run, cfg):
+        return RunResults(
+            config=cfg.to_dict(), algorithm="fedpne", objective={"name": "garland"}, runs=(run,)
+        )
+
+    path = write_results(results_of(original, config), tmp_path / "elastic")
+    invoked = CliRunner().invoke(app, ["replay", str(path)])
+    assert invoked.exit_code == 0, invoked.output
+    assert invoked.output.strip() == f"seed {SEED}: identical"
+    fixed = Federation(_config(membership=None), SEED).run()
+    path = write_results(results_of(fixed, _config(membership=None)), tmp_path / "fixed")
+    invoked = CliRunner().invoke(app, ["replay", str(path)])
+    assert invoked.exit_code == 2 and "has no membership record" in invoked.output
+
+
+def test_the_checkpoint_keeps_each_phases_members(tmp_path):
+    from fedxab.agents.checkpoint import ServerCheckpoint
+    from fedxab.run.membership import PhaseMembers
+    from fedxab.run.session import ClosedPhase
+
+    members = PhaseMembers(1, (0, 2, 5), (0, 5), (5,))
+    checkpoint = ServerCheckpoint(tmp_path / "run.ckpt", "run-1")
+    checkpoint.append(ClosedPhase(1, {5: b"x"}, {"phase": 1}, members))
+    (loaded,) = ServerCheckpoint(tmp_path / "run.ckpt", "run-1").load()
+    assert loaded.members == members and loaded.reports == {5: b"x"}
