@@ -192,3 +192,29 @@ def test_a_client_process_stops_cleanly_on_sigterm(federation):
     code = proc.wait(20)
     assert code == 130, federation.log("client-a").read_text()
     assert "interrupted" in federation.log("client-a").read_text()
+
+
+def test_client_processes_stop_once_their_server_process_is_gone(tmp_path, dev_broker):
+    """Issue 37's finding with real processes: a client process whose server ended mid-run
+    (here SIGKILL) stops with exit status 2 and one line naming the server's silence, within
+    ``[agents] server_silence_s`` of the server's last record, instead of waiting forever."""
+    silence_s = 5.0
+    path = _write_config(tmp_path, "run")
+    agents = f"\n[agents]\nrebroadcast_s = 1.0\nserver_silence_s = {silence_s}\n"
+    path.write_text(path.read_text() + agents)
+    federation = ProcessFederation(tmp_path, dev_broker.url, path)
+    try:
+        for name in ("server", "client-a", "client-b"):
+            federation.start(name)
+        until(federation.phases_checkpointed, "the first closed phase")
+        federation.kill("server")
+        killed = time.monotonic()
+        for name in ("client-a", "client-b"):
+            code = federation.procs[name].wait(silence_s + 30)
+            text = " ".join(federation.log(name).read_text().split())
+            assert code == 2, text[-3000:]
+            assert f"no record from the server for {silence_s:.0f} s after phase" in text
+            assert "Traceback" not in text
+        print(f"both client processes stopped {time.monotonic() - killed:.1f} s after the kill")
+    finally:
+        federation.stop_all()
