@@ -194,6 +194,7 @@ def test_a_client_process_stops_cleanly_on_sigterm(federation):
     assert "interrupted" in federation.log("client-a").read_text()
 
 
+@pytest.mark.slow  # (three processes on the dev broker, about 25 s; in process: test_server_gone)
 def test_client_processes_stop_once_their_server_process_is_gone(tmp_path, dev_broker):
     """Issue 37's finding with real processes: a client process whose server ended mid-run
     (here SIGKILL) stops with exit status 2 and one line naming the server's silence, within
