@@ -47,7 +47,7 @@ def _config(algorithm: str):
 
 async def _elastic_run(config, events):
     """The server and one client agent per client on a memory broker; before phase p opens
-    (once every client asked in phase p - 1 reported), the (action, client) pairs of
+    (once every client asked in phase p - 1 reported or is gone), the (action, client) pairs of
     ``events[p]``: "join" starts the client's agent, "leave" stops it (a clean leave), "kill"
     stops it without a word; phase p opens once the server's roster shows them."""
     run_id = run_id_for(config, SEED)
@@ -62,12 +62,18 @@ async def _elastic_run(config, events):
         async with asyncio.timeout(60):
             for phase in range(1, 100):
                 while not run.done() and not (
-                    server.phase == phase - 1 and set(session.asked) <= set(session.accepted)
+                    server.phase == phase - 1
+                    and set(session.asked)
+                    <= set(session.accepted) | server.party.roster.gone(session.asked, time.time())
                 ):
                     await asyncio.sleep(0.005)
                 if run.done():
                     break
                 for action, m in events.get(phase, []):
+                    if action == "die_asked":  # killed now, still in the run as phase opens
+                        agents[m].party.leave_records = lambda: []
+                        tasks.pop(m).cancel()
+                        continue
                     if action == "join":
                         agents[m] = ClientAgent(config, SEED, broker, run_id=run_id, client_ids=[m])
                         tasks[m] = asyncio.create_task(agents[m].run())
@@ -80,6 +86,7 @@ async def _elastic_run(config, events):
                 while set(server.party.roster.members(time.time())) != present:
                     await asyncio.sleep(0.01)
                 opened[0] = phase
+                present -= {m for action, m in events.get(phase, []) if action == "die_asked"}
             record = await run
             await asyncio.gather(*tasks.values(), return_exceptions=True)
     return record
@@ -140,4 +147,19 @@ def test_a_restarted_server_replays_its_checkpointed_members(tmp_path):
     phases = membership_of(record.communication)
     assert phases[:2] == before  # the checkpointed phases, as they were
     assert 3 in phases[-1].members
+    assert replay_differences(record, replay(config, SEED, phases)) == []
+
+
+def test_a_client_that_dies_while_asked_and_rejoins_reports_again():
+    config = _config("fedpne")
+    events = {
+        1: [("join", 0), ("join", 1), ("join", 2)],
+        2: [("die_asked", 2)],  # asked in phase 2, dead before its report
+        4: [("join", 2)],  # back
+    }
+    record = asyncio.run(_elastic_run(config, events))
+    phases = membership_of(record.communication)
+    assert 2 in phases[1].asked and 2 not in phases[1].reported
+    assert 2 in phases[3].members and 2 in phases[3].reported
+    assert all(2 in p.reported for p in phases[3:])
     assert replay_differences(record, replay(config, SEED, phases)) == []
