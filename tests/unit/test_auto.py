@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 import fedxab
-from fedxab.algorithms.auto import TREE_DIM, TUNING_BUDGET, UNIVARIATE_DIM, choose_algorithm
+from fedxab.algorithms.auto import (
+    CONSENSUS_FROM_50,
+    TREE_DIM,
+    TUNING_BUDGET,
+    UNIVARIATE_DIM,
+    choose_algorithm,
+)
 from fedxab.config import config_from_dict
 from fedxab.errors import ConfigError
 
@@ -33,6 +39,14 @@ def test_fedtpe_models_coordinates_one_by_one_from_the_univariate_dimension():
 
     assert not univariate(UNIVARIATE_DIM - 1)
     assert univariate(UNIVARIATE_DIM) and univariate(TREE_DIM + 1)
+
+
+def test_consensus_candidates_by_budget():
+    def consensus(budget: int) -> int:
+        return choose_algorithm(budget=budget, dim=4, clients=4, private=False).params["consensus"]
+
+    assert [consensus(b) for b in (2, 3, 14, 15, 49)] == [0, 1, 1, 3, 3]
+    assert consensus(50) == consensus(100) == CONSENSUS_FROM_50 == 8
 
 
 def test_tiny_budgets_still_fit_the_initial_and_consensus_evaluations():
