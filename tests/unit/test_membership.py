@@ -293,3 +293,18 @@ def test_the_checkpoint_keeps_each_phases_members(tmp_path):
     checkpoint.append(ClosedPhase(1, {5: b"x"}, {"phase": 1}, members))
     (loaded,) = ServerCheckpoint(tmp_path / "run.ckpt", "run-1").load()
     assert loaded.members == members and loaded.reports == {5: b"x"}
+
+
+def test_elastic_with_participation_samples_the_members_and_replays():
+    from fedxab.run.participation import Participation
+
+    config = _config(participation=0.5)
+    schedule = {1: [0, 1, 2, 3, 4], 2: [0, 1, 2, 3, 4, 5, 6, 7]}
+    original = _record_of(
+        config, lambda p: schedule.get(p, [1, 3, 5, 7]), lambda p, a: [m for m in a if m != 3]
+    )
+    phases = membership_of(original.communication)
+    sample = Participation(SEED, CLIENTS, 0.5)
+    assert all(p.asked == tuple(sample.asked(p.phase, p.members)) for p in phases)
+    assert any(p.asked != p.members for p in phases)  # a sample of the members
+    assert replay_differences(original, replay(config, SEED, phases)) == []
