@@ -352,6 +352,16 @@ def job(tmp_path, dev_broker, user_module, keys):
     job.stop()
 
 
+@pytest.fixture(scope="module")
+def waiting_server(tmp_path_factory, dev_broker, user_module, keys):
+    """A job's server process, started once and waiting for its clients, which never come: the
+    strangers of the tests below (each with its own log) try to join it in turn."""
+    job = Job(tmp_path_factory.mktemp("waiting"), dev_broker.url, user_module, keys)
+    job.server()
+    yield job
+    job.stop()
+
+
 def test_server_and_three_client_processes_with_their_own_functions(job, expected):
     """The module is importable by the client processes only; each brings its own function
     (``--objective``), one with its own agent timings: the results are the in-process ones."""
@@ -394,17 +404,17 @@ def test_client_side_ask_tell_gives_the_same_results(job, sites, expected):
 @pytest.mark.parametrize(
     ("option", "value", "field"), [("--budget", "700", "budget"), ("--seed", "5", "seed")]
 )
-def test_a_client_with_another_protocol_is_told_on_both_sides(job, option, value, field):
+def test_a_client_with_another_protocol_is_told_on_both_sides(waiting_server, option, value, field):
     """A client whose budget or seed is not the server's: a clear error naming the field, in
     the client (exit status 2) and in the server's log, within 10 s; the server keeps waiting
     for its real clients."""
-    job.server()
-    job.client("stranger", job.config, "--client-id", "0", option, value)
-    log_line(job.log("stranger"), "fedxab client: ", timeout=60)  # started (Python imported)
+    job, stranger = waiting_server, f"stranger-{field}"
+    job.client(stranger, job.config, "--client-id", "0", option, value)
+    log_line(job.log(stranger), "fedxab client: ", timeout=60)  # started (Python imported)
     start = time.monotonic()
-    code = job.procs["stranger"].wait(30)
+    code = job.procs[stranger].wait(30)
     elapsed = time.monotonic() - start
-    text = job.log("stranger").read_text()
+    text = job.log(stranger).read_text()
     assert code == 2, text
     assert f"{field}: expected" in text and "does not share the server's run protocol" in text
     assert elapsed < 10, f"the client was told {elapsed:.1f} s after it started"
@@ -416,19 +426,19 @@ def test_a_client_with_another_protocol_is_told_on_both_sides(job, option, value
     assert job.procs["server"].poll() is None  # still serving its own run
 
 
-def test_a_client_minimising_is_refused_by_a_server_maximising(job):
+def test_a_client_minimising_is_refused_by_a_server_maximising(waiting_server):
     """The objective's direction is part of the run's protocol: a client whose config minimises
     is told within 10 s, naming objective.direction, on both sides (issue 36 item 5)."""
+    job, stranger = waiting_server, "stranger-direction"
     minimising = job.tmp / "minimise.toml"
     text = job.config.read_text().replace("[objective]\n", '[objective]\ndirection = "minimize"\n')
     minimising.write_text(text)
-    job.server()
-    job.client("stranger", minimising, "--client-id", "0")
-    log_line(job.log("stranger"), "fedxab client: ", timeout=60)  # started (Python imported)
+    job.client(stranger, minimising, "--client-id", "0")
+    log_line(job.log(stranger), "fedxab client: ", timeout=60)  # started (Python imported)
     start = time.monotonic()
-    code = job.procs["stranger"].wait(30)
+    code = job.procs[stranger].wait(30)
     elapsed = time.monotonic() - start
-    text = job.log("stranger").read_text()
+    text = job.log(stranger).read_text()
     expected = 'objective.direction: expected "maximize", got "minimize"'
     assert code == 2, text
     assert expected in text and "does not share the server's run protocol" in text
