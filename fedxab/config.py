@@ -757,6 +757,11 @@ class AgentsConfig(Section):
     min_clients: int | None = None
     """``[federation] membership = "elastic"`` only: a phase opens once at least this many
     clients are in the run; unset: 1."""
+    client_budget: int | None = None
+    """``[federation] membership = "elastic"`` only, a client agent's setting: the evaluations
+    each client it hosts makes at most, up to ``[run] budget`` (the run's, which stays the same
+    for every party); a client answers the phases it covers, then withdraws and leaves
+    (:mod:`fedxab.run.membership`). Unset: ``[run] budget``."""
     server_silence_s: float | None = None
     """A client agent waiting for the server's next record stops with an error after this many
     seconds without one (the server publishes at least every ``rebroadcast_s`` while it runs,
@@ -799,6 +804,10 @@ class AgentsConfig(Section):
         if self.min_clients is not None and self.min_clients < 1:
             raise ConfigError(
                 "agents.min_clients", f"must be an integer >= 1, got {self.min_clients}"
+            )
+        if self.client_budget is not None and self.client_budget < 1:
+            raise ConfigError(
+                "agents.client_budget", f"must be an integer >= 1, got {self.client_budget}"
             )
 
         if self.server_silence_s is not None and self.server_silence_s <= self.rebroadcast_s:
@@ -1203,7 +1212,8 @@ class Config:
     def _check_membership(self) -> None:
         """``[federation] membership = "elastic"`` needs an algorithm whose phases may ask
         some clients only (those of :data:`NO_PARTICIPATION` refuse it, for the same reason);
-        ``[agents] liveness_s`` and ``min_clients`` apply to it alone."""
+        ``[agents] liveness_s``, ``min_clients`` and ``client_budget`` (at most ``[run]
+        budget``) apply to it alone."""
         fed, agents, name = self.federation, self.agents, self.algorithm.name
         elastic = fed is not None and fed.elastic
         if elastic and name in NO_PARTICIPATION:
@@ -1212,13 +1222,19 @@ class Config:
                 f"{name!r} cannot run with clients that come and go "
                 f"({NO_PARTICIPATION[name]}); remove membership or choose fedpne or dpfedpne",
             )
-        for key in ("liveness_s", "min_clients"):
+        for key in ("liveness_s", "min_clients", "client_budget"):
             if not elastic and agents is not None and getattr(agents, key) is not None:
                 raise ConfigError(
                     f"agents.{key}",
                     'applies to [federation] membership = "elastic" only; remove it or set '
                     "that membership",
                 )
+        own, budget = None if agents is None else agents.client_budget, self.run.budget
+        if own is not None and own > budget:
+            raise ConfigError(
+                "agents.client_budget",
+                f"must be at most [run] budget ({budget}, the run's), got {own}; lower it",
+            )
 
     def _check_release_best(self) -> None:
         """``privacy.release_best`` needs local DP, and one scope for every release: the best

@@ -91,7 +91,8 @@ def _mismatch_text(who: str, clients: list[int], differences: list[str]) -> str:
         f"{who} (clients {shown}) does not share the server's run protocol; "
         f"{'; '.join(differences)}. Start every party with the same [run] budget and seed, "
         "[algorithm], [federation] clients and [objective] direction (the objective "
-        "function, output and agent settings may differ)"
+        "function, output and agent settings may differ; a client of an elastic run takes a "
+        "smaller budget of its own with [agents] client_budget)"
     )
 
 

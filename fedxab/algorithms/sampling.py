@@ -12,6 +12,12 @@ Before pulling for a phase whose statistics it would release, the client asks
 :meth:`NodeSamplingClient._refusal` whether it may release them; if not (DP-Fed-PNE's client out of
 privacy budget), it pulls nothing, answers a :class:`~fedxab.algorithms.protocol.Withdrawal` and
 answers nothing to any later broadcast.
+
+A client may have its own budget, smaller than the run's ``T`` (:attr:`NodeSamplingClient.limit`,
+``[agents] client_budget`` under elastic membership): it answers the phases that budget covers
+and withdraws, pulling and releasing nothing, at the first phase it does not cover (a
+:class:`~fedxab.algorithms.protocol.Withdrawal` carries its pulls, so the server counts it out as
+it counts any withdrawal).
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class NodeSamplingClient:
         self.skipped = 0
         """Pulls of the phases this client was not asked in (partial participation): they
         leave the shared schedule, so the client's horizon ends with the server's."""
+        self.limit: int | None = None
+        """The client's own budget (``[agents] client_budget``): the evaluations it makes at
+        most; None: the run's ``T``."""
         self.withdrawal: Withdrawal | None = None
         self._replies: ReplyCache[MeansReport] = ReplyCache()
 
@@ -81,6 +90,13 @@ class NodeSamplingClient:
             raise ProtocolError(f"node index {int(nodes.max())} does not exist at depth {depth}")
         n_nodes = len(nodes)
         n_pulls = min(self.budget - self.used - self.skipped, n_nodes * t_h)
+        if self.limit is not None and self.used + n_pulls > self.limit:
+            past = (
+                f"its own budget of {self.limit} evaluations does not cover phase "
+                f"{broadcast.phase} ({self.used} made, {n_pulls} asked)"
+            )
+            self.withdrawal = Withdrawal(broadcast.phase, self.client_id, self.used, past)
+            return self.withdrawal
         if n_pulls == n_nodes * t_h:
             reason = self._refusal(broadcast.phase)
             if reason is not None:

@@ -176,6 +176,9 @@ def build_run(
         edges=None if config.search_space is None else config.search_space.edges,
         categories=None if config.search_space is None else config.search_space.categories,
     )
+    own = None if config.agents is None else config.agents.client_budget
+    for client in clients if own is not None else ():  # (elastic only: config's check)
+        client.limit = own  # its own budget: it withdraws at the first phase past it
     q = fed.participation
     participation = None if q is None or q >= 1 else Participation(seed, n_clients, q)
     releaser = PRIVATE.get(name)

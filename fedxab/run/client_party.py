@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedxab.algorithms.protocol import Finished
+from fedxab.algorithms.protocol import Finished, Withdrawal
 from fedxab.algorithms.registry import decode_broadcast
 from fedxab.broker.codec import SERVER, Envelope, client_sender, encode_envelope, packb
 from fedxab.errors import EvaluationError, FedxabError, ProtocolError
@@ -124,6 +124,11 @@ class ClientParty:
         self.elastic = config.federation.elastic
         """Elastic membership: each broadcast names the clients it asks
         (:mod:`fedxab.run.membership`)."""
+        self.own_budget = config.agents.client_budget
+        """Elastic membership: the hosted clients' own budget (``[agents] client_budget``); a
+        client past it withdraws, and then leaves (:meth:`telemetry_records`)."""
+        self._leaving: dict[int, int] = {}  # client -> the phase it withdrew at, to leave
+        self._gone: set[int] = set()  # clients whose leave was built
         self.hosted = parts.clients
         """The hosted clients' session (:class:`~fedxab.run.session.ClientSession`)."""
         self.clients = self.hosted.clients
@@ -369,6 +374,9 @@ class ClientParty:
             if not unsent or unsent[-1] is not telemetry:  # once per flush, however many copies
                 unsent.append(telemetry)
             out.append((m, report))
+            own = self.own_budget is not None and isinstance(report, Withdrawal)
+            if own and m not in self._gone:  # past its own budget: it leaves after telemetry
+                self._leaving[m] = report.phase
         return out
 
     def take_fresh(self) -> list[Telemetry]:
@@ -442,7 +450,8 @@ class ClientParty:
         """Per client, the telemetry of the phases it answered since the last call (control
         topic), as messages (lists of entries) of at most :data:`TELEMETRY_PULLS` pulls each
         (512 KiB at worst: well under a broker's message size limit, however long a phase).
-        The server drops entries it already has, so a resent entry changes nothing."""
+        The server drops entries it already has, so a resent entry changes nothing. A client
+        that withdrew past its own budget (:attr:`own_budget`) then leaves (its ``leave``)."""
         records = []
         encoded: dict[tuple[int, ...], Any] = {}  # terms shared by clients, encoded once
         for m, entries in self._unsent.items():
@@ -455,6 +464,12 @@ class ClientParty:
                 msg_id = f"telemetry:{a.phase}:{a.start}-{b.phase}:{b.start}"
                 body = packb(telemetry_to_wire(batch, encoded))
                 records.append((str(m), self.envelope("telemetry", m, b.phase, msg_id, body)))
+        for m, phase in self._leaving.items():  # (after its telemetry, on the same key)
+            records.append(
+                (str(m), self.envelope("leave", m, phase, f"leave:{phase}", packb(None)))
+            )
+        self._gone.update(self._leaving)
+        self._leaving = {}
         self._unsent = {}
         self._last_flush = time.monotonic()
         return records

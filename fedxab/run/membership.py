@@ -25,6 +25,16 @@ whose pulls leave its schedule as a non-sampled client's do, and answers the cur
 if it is asked in it, else the next one. So it gets the current broadcast and its own remaining
 budget: ``T`` less the pulls the run's schedule spent before it joined.
 
+**Own budgets.** A client agent's ``[agents] client_budget`` B (at most ``[run] budget``, which
+stays the run's for every party: it is in the run id) caps each client it hosts at B
+evaluations (:attr:`~fedxab.algorithms.sampling.NodeSamplingClient.limit`): a client answers the
+phases B covers and, at the first it does not, pulls and releases nothing and answers a
+:class:`~fedxab.algorithms.protocol.Withdrawal` carrying its pulls (the barrier takes it, and the
+server expects of it the pulls it made), then sends its ``leave`` after its telemetry
+(:meth:`ClientParty.telemetry_records <fedxab.run.client_party.ClientParty.telemetry_records>`).
+The replay (:mod:`fedxab.run.replay`) does not know a client's own budget: it is not yet
+replayed.
+
 What a changing population means for each algorithm (refusals in :data:`~fedxab.algorithms.
 registry.NO_PARTICIPATION`, with a one-line :class:`~fedxab.errors.ConfigError`):
 

@@ -6,6 +6,7 @@ agents on the embedded broker; the recorded membership replayed in process gives
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from config_factory import sim_config
 
 from fedxab.agents.client import ClientAgent
+from fedxab.agents.federation import Federation
 from fedxab.agents.server import ServerAgent
 from fedxab.broker.memory import MemoryBroker
 from fedxab.run.identity import run_id_for
@@ -163,3 +165,58 @@ def test_a_client_that_dies_while_asked_and_rejoins_reports_again():
     assert 2 in phases[3].members and 2 in phases[3].reported
     assert all(2 in p.reported for p in phases[3:])
     assert replay_differences(record, replay(config, SEED, phases)) == []
+
+
+@pytest.mark.parametrize("algorithm", ["fedpne", "dpfedpne"])
+def test_a_client_with_its_own_smaller_budget_withdraws_and_leaves(algorithm):
+    """Client 1's agent runs with ``[agents] client_budget`` covering phase 1 only: it
+    withdraws at phase 2 and leaves (the roster drops it before the final answer); the run
+    finishes with the others, and the server expected of it the pulls it made."""
+    config = _config(algorithm)
+    first = Federation(config, SEED).run().communication["per_phase"][0]["evaluations"]
+    own = dataclasses.replace(
+        config.agents, client_budget=first // CLIENTS, telemetry_interval_s=0.05
+    )
+    run_id = run_id_for(config, SEED)
+    left_while_running = []
+
+    async def main():
+        async with MemoryBroker() as broker:
+            server = ServerAgent(config, SEED, broker, run_id=run_id)
+            party = server.party
+            session = server.run_session
+            party.may_open = lambda: (  # the three in, then (once 1 withdrew) its leave
+                1 in party.left
+                if 1 in session.withdrawn
+                else len(party.roster.members(time.time())) >= 3
+            )
+            run = asyncio.create_task(server.run())
+            hosts = [
+                ClientAgent(
+                    dataclasses.replace(config, agents=own) if m == 1 else config,
+                    SEED,
+                    broker,
+                    run_id=run_id,
+                    client_ids=[m],
+                )
+                for m in (0, 1, 2)
+            ]
+            tasks = [asyncio.create_task(c.run()) for c in hosts]
+            async with asyncio.timeout(60):
+                while server.run_session.finished is None and not run.done():
+                    if 1 in party.joined and 1 in party.left:
+                        left_while_running.append(server.phase)
+                        break
+                    await asyncio.sleep(0.005)
+                record = await run
+                await asyncio.gather(*tasks)
+        return record, server, hosts[1]
+
+    record, server, host = asyncio.run(main())
+    phases = membership_of(record.communication)
+    assert left_while_running  # its leave came before the final answer
+    assert host.party.hosted.clients[1].withdrawal.phase == 2 == phases[1].phase
+    assert 1 in phases[1].reported  # the withdrawal met the barrier
+    assert all(1 not in p.members for p in phases[2:]) and len(phases) > 2
+    assert host.party.hosted.evaluators[1].used == server.run_session.withdrawn[1].used > 0
+    assert record.regret_coverage is None or 1 not in record.regret_coverage["clients"]

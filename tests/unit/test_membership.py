@@ -38,13 +38,16 @@ def _config(algorithm="fedpne", membership="elastic", **federation):
     return sim_config(algorithm, clients=CLIENTS, budget=BUDGET, federation=fed, **kwargs)
 
 
-def _drive(config, members, reported=lambda phase, asked: asked):
+def _drive(config, members, reported=lambda phase, asked: asked, limits=None):
     """Run ``config`` in process with ``members(phase)`` in the run as each phase opens and
-    ``reported(phase, asked)`` the clients whose reports reach the server; the record."""
+    ``reported(phase, asked)`` the clients whose reports reach the server; the record.
+    ``limits``: client -> its own budget (as ``[agents] client_budget`` sets it)."""
     parts = build_run(
         config, SEED, run_id=run_id_for(config, SEED), server=True, client_ids=range(CLIENTS)
     )
     session, hosted = parts.server, parts.clients
+    for m, limit in (limits or {}).items():
+        hosted.clients[m].limit = limit
     session.members = members
     msg = session.start()
     from fedxab.algorithms.registry import decode_broadcast
@@ -102,7 +105,9 @@ def test_an_algorithm_that_needs_every_client_refuses_elastic_membership(name):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("key,value", [("liveness_s", 5.0), ("min_clients", 3)])
+@pytest.mark.parametrize(
+    "key,value", [("liveness_s", 5.0), ("min_clients", 3), ("client_budget", 60)]
+)
 def test_the_elastic_agent_settings_need_elastic_membership(key, value):
     with pytest.raises(ConfigError, match=rf"^agents\.{key}: applies to .*elastic"):
         sim_config("fedpne", clients=4, budget=100, agents={key: value})
@@ -116,6 +121,63 @@ def test_liveness_defaults_to_three_heartbeats():
     assert _config().agents.liveness == 3 * _config().agents.heartbeat_s
     with pytest.raises(ConfigError, match=r"^agents\.liveness_s: must be"):
         sim_config("fedpne", agents={"liveness_s": 0}, federation={"membership": "elastic"})
+
+
+def test_a_client_budget_above_the_runs_is_refused_naming_the_field():
+    elastic = {"membership": "elastic"}
+    with pytest.raises(ConfigError, match=r"^agents\.client_budget: must be at most \[run\]"):
+        sim_config("fedpne", budget=100, agents={"client_budget": 101}, federation=elastic)
+    with pytest.raises(ConfigError, match=r"^agents\.client_budget: must be an integer >= 1"):
+        sim_config("fedpne", budget=100, agents={"client_budget": 0}, federation=elastic)
+    config = sim_config("fedpne", budget=100, agents={"client_budget": 100}, federation=elastic)
+    assert run_id_for(config, SEED) == run_id_for(_with_budget(config, None), SEED)
+
+
+def _with_budget(config, own):
+    return dataclasses.replace(config, agents=dataclasses.replace(config.agents, client_budget=own))
+
+
+# ------------------------------------------------------------------------- own budgets
+@pytest.mark.parametrize("algorithm", ["fedpne", "dpfedpne"])
+def test_a_client_with_its_own_budget_answers_the_phases_it_covers_then_withdraws(algorithm):
+    config, everyone = _config(algorithm), lambda phase: list(range(CLIENTS))
+    full, _ = _drive(config, everyone)
+    pulls = [p["evaluations"] // CLIENTS for p in full.communication["per_phase"]]
+    k = 1  # (DP-Fed-PNE's run at this budget has 3 phases)
+    own = sum(pulls[:k]) + pulls[k] - 1  # covers k phases, not phase k + 1
+    record, hosted = _drive(config, everyone, limits={5: own})
+    phases = membership_of(record.communication)
+    # phase k + 1: client 5 withdrew (pulled nothing) and the barrier took that; then it is out
+    assert all(5 in p.asked and 5 in p.reported for p in phases[: k + 1])
+    assert all(5 not in p.members and 5 not in p.asked for p in phases[k + 1 :])
+    assert hosted.evaluators[5].used == sum(pulls[:k])
+    assert hosted.clients[5].withdrawal.phase == k + 1
+    assert "own budget" in hosted.clients[5].withdrawal.reason
+    others = [hosted.evaluators[m].used for m in range(CLIENTS) if m != 5]
+    assert others == [hosted.evaluators[0].used] * (CLIENTS - 1) and others[0] > own
+    per_phase = record.communication["per_phase"]
+    assert per_phase[k]["evaluations"] == (CLIENTS - 1) * pulls[k]
+    assert record.regret_coverage is None  # the server expected of it what it made
+    assert record.evaluations == sum(hosted.evaluators[m].used for m in range(CLIENTS))
+    if algorithm == "dpfedpne":  # its ledger charges the k releases it made, no more
+        privacy = record.privacy
+        assert privacy["releases"][5] == k and privacy["releases"][0] == full.privacy["releases"][0]
+        assert len(hosted.clients[5].events) == k
+        by_phase = dict(privacy["epsilon_by_phase"])  # everyone's, phase by phase
+        assert privacy["epsilon"][5] == pytest.approx(by_phase[k]) and by_phase[k] > 0
+        assert privacy["epsilon"][5] < privacy["epsilon"][0]
+
+
+def test_client_budget_in_the_config_sets_every_hosted_clients_own_budget():
+    config = _with_budget(_config(), 100)
+    parts = build_run(
+        config, SEED, run_id=run_id_for(config, SEED), server=False, client_ids=[2, 5]
+    )
+    assert [c.limit for c in parts.clients.clients.values()] == [100, 100]
+    unset = build_run(
+        _config(), SEED, run_id=run_id_for(config, SEED), server=False, client_ids=[2]
+    )
+    assert unset.clients.clients[2].limit is None
 
 
 # --------------------------------------------------------------------------------- roster
