@@ -7,6 +7,8 @@
 #               tests)
 #   make test-slow  pytest of the tests marked `slow` (reproductions, soak, live fuzzing, faults;
 #               each over about 15 s), in the .venv `make test` installed. CI (.ci/run) runs both.
+#   make test-scale  pytest of the tests marked `scale` (1,000 clients on the dev broker, about
+#               4 minutes each), in that .venv; not in CI, whose time they would take past 20 min.
 #   make docs   install fedxab[docs], build the documentation site into site/ (mkdocs --strict)
 #   make bench  install fedxab[dev,bench] (PyXAB), run the benchmarks (HCT vs PyXAB, federation, DP,
 #               transports, signing)
@@ -31,7 +33,7 @@ TEST_WORKERS ?= auto
 # compiling their sources again.
 WRITE_PYC := env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-slow bench docs
+.PHONY: run test test-slow test-scale bench docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +50,11 @@ test: $(BIN)/python
 	$(WRITE_PYC) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-slow: $(BIN)/python
-	$(WRITE_PYC) $(BIN)/pytest -m slow -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(WRITE_PYC) $(BIN)/pytest -m "slow and not scale" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The acceptance-scale runs (about 4 minutes each: 1,000 clients on the dev broker), not in CI.
+test-scale: $(BIN)/python
+	$(WRITE_PYC) $(BIN)/pytest -m scale
 
 docs: $(BIN)/python
 	$(PIP) -e '.[docs]'

@@ -199,7 +199,8 @@ def test_client_processes_come_and_go_and_the_replay_is_the_run(tmp_path, dev_br
     assert replayed.stdout.strip() == "seed 0: identical"
 
 
-@pytest.mark.slow  # (1,000 clients in 16 process starts of 100 clients on the dev broker)
+@pytest.mark.slow
+@pytest.mark.scale  # (1,000 clients in 16 process starts of 100: about 4 minutes each)
 @pytest.mark.parametrize("algorithm", ["fedpne", "dpfedpne"])
 def test_a_thousand_clients_come_and_go_and_the_replay_is_the_run(tmp_path, dev_broker, algorithm):
     """1,000 clients, 100 per client process (10 slots of ids): 800 from the start; at each of
