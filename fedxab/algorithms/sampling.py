@@ -38,6 +38,10 @@ from fedxab.algorithms.protocol import (
 from fedxab.errors import ConfigError, ProtocolError
 from fedxab.validation import check_positive_int
 
+OWN_BUDGET = "its own budget"
+"""How the reason of a withdrawal at the client's own budget begins (the record and the replay
+tell it from a withdrawal at the end of a privacy budget by it)."""
+
 
 class NodeSamplingClient:
     """Pulls the broadcast nodes ``pulls_per_node`` times each and reports their local means.
@@ -92,8 +96,8 @@ class NodeSamplingClient:
         n_pulls = min(self.budget - self.used - self.skipped, n_nodes * t_h)
         if self.limit is not None and self.used + n_pulls > self.limit:
             past = (
-                f"its own budget of {self.limit} evaluations does not cover phase "
-                f"{broadcast.phase} ({self.used} made, {n_pulls} asked)"
+                f"{OWN_BUDGET} does not cover phase {broadcast.phase} "
+                f"({self.used} made, {n_pulls} asked)"
             )
             self.withdrawal = Withdrawal(broadcast.phase, self.client_id, self.used, past)
             return self.withdrawal

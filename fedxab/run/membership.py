@@ -32,8 +32,8 @@ phases B covers and, at the first it does not, pulls and releases nothing and an
 :class:`~fedxab.algorithms.protocol.Withdrawal` carrying its pulls (the barrier takes it, and the
 server expects of it the pulls it made), then sends its ``leave`` after its telemetry
 (:meth:`ClientParty.telemetry_records <fedxab.run.client_party.ClientParty.telemetry_records>`).
-The replay (:mod:`fedxab.run.replay`) does not know a client's own budget: it is not yet
-replayed.
+The phase's record names the withdrawal with those pulls (``withdrew``), so the replay
+(:mod:`fedxab.run.replay`), whose config has no client's own budget, withdraws it there too.
 
 What a changing population means for each algorithm (refusals in :data:`~fedxab.algorithms.
 registry.NO_PARTICIPATION`, with a one-line :class:`~fedxab.errors.ConfigError`):
@@ -103,20 +103,27 @@ class Members(Protocol):
 class PhaseMembers:
     """One phase of an elastic run: the clients in the run when it opened (``members``), those
     asked (``asked``, the members a participation sample picked, else all of them), and those
-    whose report or withdrawal the server took (``reported``): what the phase aggregated."""
+    whose report or withdrawal the server took (``reported``): what the phase aggregated; of
+    those, the clients that withdrew at their own budget, with the pulls each had made
+    (``withdrew``: what a replay needs, as its config has no client's own budget; written only
+    if not empty)."""
 
     phase: int
     members: tuple[int, ...]
     asked: tuple[int, ...]
     reported: tuple[int, ...]
+    withdrew: tuple[tuple[int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "phase": self.phase,
             "members": list(self.members),
             "asked": list(self.asked),
             "reported": list(self.reported),
         }
+        if self.withdrew:
+            out["withdrew"] = [list(w) for w in self.withdrew]
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "membership") -> PhaseMembers:
@@ -134,7 +141,13 @@ class PhaseMembers:
                 raise ResultsError(f"{where}: '{key}' must list client ids in increasing order")
         if type(phase) is not int or phase < 1:
             raise ResultsError(f"{where}: 'phase' must be an integer >= 1, got {phase!r}")
-        return cls(phase, lists["members"], lists["asked"], lists["reported"])
+        try:
+            withdrew = tuple((m, used) for m, used in d.get("withdrew", []))
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"{where}: 'withdrew' must list [client, pulls] pairs") from exc
+        if not all(type(m) is int and type(u) is int and m >= 0 <= u for m, u in withdrew):
+            raise ResultsError(f"{where}: 'withdrew' must list [client, pulls] pairs")
+        return cls(phase, lists["members"], lists["asked"], lists["reported"], withdrew)
 
 
 def membership_of(communication: Mapping[str, Any] | None) -> list[PhaseMembers]:

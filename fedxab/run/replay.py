@@ -8,7 +8,10 @@ config and seed in process, without a broker and without time: each phase opens 
 recorded members (the participation sample is drawn again from the seed and must give the
 recorded ``asked``), every client of the run answers as its agent does (a client asked answers
 the broadcast, any other skips it), and the server takes exactly the recorded ``reported``
-clients' reports. So "identical on every transport" holds when clients come and go.
+clients' reports. A client recorded as withdrawing at its own budget in a phase (``withdrew``:
+a client agent's ``[agents] client_budget``, which the replay's config does not hold) withdraws
+there in the replay too, with the pulls it had made. So "identical on every transport" holds
+when clients come and go.
 
 What is identical (:func:`replay_differences` checks it): the recommendation, bit for bit; each
 phase's record (members, asked, reported) and its counts (depth, reports accepted, messages and
@@ -84,6 +87,8 @@ def replay(
                 f"{len(session.asked)}: a record of another config or seed"
             )
         hosted.asked[phase] = frozenset(record.asked)
+        for m, used in record.withdrew:  # (at its own budget: not in the replay's config)
+            hosted.clients[m].limit = used  # it withdraws here, with the pulls it had made
         wire = packb(msg.to_wire())
         active = session.active
         reported = set(record.reported)

@@ -31,6 +31,7 @@ import numpy as np
 
 from fedxab.algorithms.protocol import Finished
 from fedxab.algorithms.registry import decode_report
+from fedxab.algorithms.sampling import OWN_BUDGET
 from fedxab.broker.codec import unpackb
 from fedxab.errors import FedxabError, ProtocolError
 from fedxab.run.accounting import (
@@ -308,7 +309,14 @@ class ServerSession:
         reported = tuple(sorted(self.accepted))
         if len(reported) < len(self.asked):
             self.server.ask(reported)
-        record = PhaseMembers(self.phase, tuple(self.present), tuple(self.asked), reported)
+        withdrew = tuple(
+            (m, int(w.used))
+            for m, w in sorted(self.withdrawn.items())
+            if m in self.accepted and w.phase == self.phase and w.reason.startswith(OWN_BUDGET)
+        )
+        record = PhaseMembers(
+            self.phase, tuple(self.present), tuple(self.asked), reported, withdrew
+        )
         self.membership.append(record)
         return record
 

@@ -220,3 +220,5 @@ def test_a_client_with_its_own_smaller_budget_withdraws_and_leaves(algorithm):
     assert all(1 not in p.members for p in phases[2:]) and len(phases) > 2
     assert host.party.hosted.evaluators[1].used == server.run_session.withdrawn[1].used > 0
     assert record.regret_coverage is None or 1 not in record.regret_coverage["clients"]
+    assert phases[1].withdrew == ((1, host.party.hosted.evaluators[1].used),)
+    assert replay_differences(record, replay(config, SEED, phases)) == []

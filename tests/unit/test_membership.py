@@ -14,11 +14,12 @@ from config_factory import sim_config
 from fedxab.agents.federation import Federation
 from fedxab.algorithms.registry import NO_PARTICIPATION
 from fedxab.errors import ConfigError, ProtocolError
-from fedxab.results import RunRecord
+from fedxab.results import ResultsError, RunRecord
 from fedxab.run.accounting import stopped_phases
 from fedxab.run.assembly import build_run
 from fedxab.run.identity import protocol_of, run_id_for
 from fedxab.run.membership import (
+    PhaseMembers,
     Roster,
     asked_from_wire,
     asked_to_wire,
@@ -159,6 +160,11 @@ def test_a_client_with_its_own_budget_answers_the_phases_it_covers_then_withdraw
     assert per_phase[k]["evaluations"] == (CLIENTS - 1) * pulls[k]
     assert record.regret_coverage is None  # the server expected of it what it made
     assert record.evaluations == sum(hosted.evaluators[m].used for m in range(CLIENTS))
+    assert phases[k].withdrew == ((5, sum(pulls[:k])),)
+    assert all(not p.withdrew for i, p in enumerate(phases) if i != k)
+    again = replay(config, SEED, phases)  # (its config has no own budget: the record says)
+    assert replay_differences(record, again) == []
+    assert membership_of(RunRecord.from_dict(record.to_dict()).communication) == phases
     if algorithm == "dpfedpne":  # its ledger charges the k releases it made, no more
         privacy = record.privacy
         assert privacy["releases"][5] == k and privacy["releases"][0] == full.privacy["releases"][0]
@@ -166,6 +172,16 @@ def test_a_client_with_its_own_budget_answers_the_phases_it_covers_then_withdraw
         by_phase = dict(privacy["epsilon_by_phase"])  # everyone's, phase by phase
         assert privacy["epsilon"][5] == pytest.approx(by_phase[k]) and by_phase[k] > 0
         assert privacy["epsilon"][5] < privacy["epsilon"][0]
+        assert again.privacy["epsilon"] == privacy["epsilon"]
+
+
+def test_a_phases_withdrawals_round_trip_and_bad_ones_are_refused():
+    phase = PhaseMembers(2, (0, 5), (0, 5), (0, 5), ((5, 40),))
+    assert PhaseMembers.from_dict(phase.to_dict()) == phase
+    assert "withdrew" not in PhaseMembers(2, (0,), (0,), (0,)).to_dict()
+    for bad in ([[5]], [[5, -1]], [["5", 40]], 3):
+        with pytest.raises(ResultsError, match="'withdrew' must list"):
+            PhaseMembers.from_dict({**phase.to_dict(), "withdrew": bad})
 
 
 def test_client_budget_in_the_config_sets_every_hosted_clients_own_budget():
