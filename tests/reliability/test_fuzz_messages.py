@@ -244,6 +244,7 @@ def test_a_live_client_agent_skips_bad_broadcasts_and_finishes():
     assert record.evaluations == clean.evaluations
 
 
+@pytest.mark.slow  # reads the counts the slow fuzz tests above leave (the same lane, module)
 def test_the_fuzzing_reached_every_outcome():
     """The mutations exercise rejection paths (invalid) and, rarely, produce valid copies."""
     counts = SERVER_PARTY.counts
