@@ -57,6 +57,9 @@ clients = 8
 [agents]
 rebroadcast_s = 1.0
 status_interval_s = 1.0
+# the broker faults are what these runs test: the clients' limit on a silent server (12 x
+# rebroadcast_s by default) is kept above the broker's unreachable_s and AWAY_S
+server_silence_s = 60.0
 {agents}
 
 [broker]
