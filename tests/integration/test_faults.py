@@ -57,9 +57,9 @@ clients = 8
 [agents]
 rebroadcast_s = 1.0
 status_interval_s = 1.0
-# the broker faults are what these runs test: the clients' limit on a silent server (12 x
-# rebroadcast_s by default) is kept above the broker's unreachable_s and AWAY_S
-server_silence_s = 60.0
+# above the broker's unreachable_s (10 s), so a broker gone is what stops the parties there;
+# a broker back empty: the server names it, a client may first notice the server's silence
+server_silence_s = 20.0
 {agents}
 
 [broker]
@@ -199,7 +199,13 @@ def test_a_broker_back_without_its_storage_stops_every_party_with_a_clear_error(
     # an error, after the server stopped): a known gap, seen before that change too
     time.sleep(AWAY_S)
     own_broker.start()
-    took = _stopped_with(fed, ("server", "client-a"), "lost records of topic", "restarted without")
+    took = _stopped_with(fed, ("server",), "lost records of topic", "restarted without")
+    # client-a names the empty broker, or (its records gone before it read them) the silent
+    # server past [agents] server_silence_s: either way a clear one-line error, exit status 2
+    code = fed.procs["client-a"].wait(ERROR_WITHIN_S)
+    text = _text(fed.log("client-a"))
+    assert code == 2, text[-3000:]
+    assert "restarted without" in text or "server_silence_s" in text, text[-3000:]
     print(f"both parties stopped {took:.1f} s after the broker came back empty")
 
 
