@@ -250,15 +250,7 @@ def test_long_and_short_entries_give_a_loops_sums_by_slices_or_at_once(monkeypat
             expected[t.start + k] = float(expected[t.start + k]) + float(value)
     assert mixed.global_sum.tobytes() == expected.tobytes()
     for other in (by_slices, at_once):
-        for name in (
-            "global_sum",
-            "local_sum",
-            "pulls_at",
-            "global_simple_sum",
-            "local_simple_sum",
-        ):
-            assert getattr(mixed, name).tobytes() == getattr(other, name).tobytes(), name
-        assert mixed.evaluations_by_phase == other.evaluations_by_phase
+        _assert_same_sums(mixed, other)
 
 
 def test_one_pull_phases_give_the_same_sums_flushed_each_phase_at_the_end_or_in_pieces(
@@ -304,14 +296,13 @@ def test_one_pull_phases_give_the_same_sums_flushed_each_phase_at_the_end_or_in_
     assert each.global_sum.tobytes() == expected.tobytes()
     rounds = np.arange(1, budget + 1)
     for other in (end, pieces):
-        for name in (
-            "global_sum",
-            "local_sum",
-            "pulls_at",
-            "global_simple_sum",
-            "local_simple_sum",
-        ):
-            assert getattr(each, name).tobytes() == getattr(other, name).tobytes(), name
-        assert each.evaluations_by_phase == other.evaluations_by_phase
+        _assert_same_sums(each, other)
         for a, b in zip(each.simple_curves(rounds), other.simple_curves(rounds), strict=True):
             assert a.tobytes() == b.tobytes()
+
+
+def _assert_same_sums(a, b) -> None:
+    """Two RegretSums hold the same bits in every per-round sum and the same phase counts."""
+    for name in ("global_sum", "local_sum", "pulls_at", "global_simple_sum", "local_simple_sum"):
+        assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
+    assert a.evaluations_by_phase == b.evaluations_by_phase
